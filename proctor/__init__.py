@@ -1,0 +1,1 @@
+"""Proctor: RL environments for AI agents that the agents cannot cheat."""

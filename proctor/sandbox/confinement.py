@@ -1,0 +1,129 @@
+"""What this machine actually grants, probed for real: a probe sandbox is built and a script
+inside it reports what it sees; the harness compares that with what it asked for."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from ..errors import ProctorError, SandboxUnavailable
+from .cgroups import layout
+from .environment import student_env
+from .host import binaries, require_host
+from .models import MiB, ConfinementReport, Protection, SandboxLimits, SandboxSpec
+
+DEFAULT_REQUIRED = (
+    "uid_isolation", "no_new_privs", "mount_namespace", "pid_namespace", "network_namespace",
+    "ipc_namespace", "memory_limit", "no_swap", "pids_limit", "cpu_quota", "freezer", "disk_quota",
+    "oom_priority", "clean_environment",
+)
+PROBE_LIMITS = SandboxLimits(memory_bytes=96 * MiB, pids=32, cpus=0.5, workdir_bytes=3 * MiB, workdir_inodes=333)
+_PROBE = r"""
+echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
+grep -E '^(NoNewPrivs|CapEff|CapBnd|CapPrm|CapAmb):' /proc/self/status | tr -d '\t' | sed 's/:/=/'
+echo "nprocs=$(ls -d /proc/[0-9]* | wc -l)"
+echo "netifs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)"
+for ns in ipc mnt pid net uts; do echo "ns_$ns=$(readlink /proc/self/ns/$ns)"; done
+echo "root_visible=$(test -e /root && echo yes || echo no)"
+echo "marker_visible=$(test -e "$1" && echo yes || echo no)"
+echo "oom=$(cat /proc/self/oom_score_adj)"
+echo "workdir=$(stat -f -c '%b %S %c' /workdir)"
+echo "envnames=$(env | cut -d= -f1 | sort | tr '\n' ,)"
+"""
+
+_cached: ConfinementReport | None = None
+_lock = threading.Lock()
+
+
+def _p(name: str, ok: bool, mechanism: str, detail: str = "", degraded: bool = False) -> Protection:
+    status = "enforced" if ok and not degraded else ("degraded" if ok else "missing")
+    return Protection(name=name, status=status, mechanism=mechanism, detail=detail)
+
+
+def _host_ns(name: str) -> str:
+    return os.readlink(f"/proc/self/ns/{name}")
+
+
+def _swap_total() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("SwapTotal:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def probe() -> ConfinementReport:
+    """Build a probe sandbox and report, protection by protection, what the kernel enforced."""
+    require_host()
+    try:
+        binaries()
+        lay = layout()
+    except SandboxUnavailable as exc:
+        return ConfinementReport(protections=(Protection(name="sandbox", status="missing", mechanism="bubblewrap + cgroups", detail=str(exc)),))
+    from .core import Sandbox
+
+    marker = Path(f"/run/proctor-probe-{os.getpid()}")
+    marker.write_text("host only")
+    box = Sandbox(SandboxSpec(limits=PROBE_LIMITS), ConfinementReport(protections=()), degraded_ok=True)
+    try:
+        box._build()
+        res = box.run(["/bin/sh", "-c", _PROBE, "probe", str(marker)], timeout=20)
+        seen = dict(
+            part.split("=", 1) for line in res.text.splitlines() for part in (line.split(" ") if line.startswith("uid=") else [line]) if "=" in part
+        )
+        cg = box._cg
+        v = lay.version
+        mem_file = cg.dir("memory") / ("memory.max" if v == 2 else "memory.limit_in_bytes")
+        memsw = cg.dir("memory") / ("memory.swap.max" if v == 2 else "memory.memsw.limit_in_bytes")
+        pids_file = cg.dir("pids") / "pids.max"
+        cpu_ok = (
+            (cg.dir("cpu") / "cpu.max").read_text().split()[0] == str(int(PROBE_LIMITS.cpus * 100_000))
+            if v == 2 else (cg.dir("cpu") / "cpu.cfs_quota_us").read_text().strip() == str(int(PROBE_LIMITS.cpus * 100_000))
+        )
+        freezer_ok = (cg.dir("memory") / "cgroup.freeze").exists() if v == 2 else (cg.dir("freezer") / "freezer.state").exists()
+        blocks, bsize, inodes = (int(x) for x in seen.get("workdir", "0 0 0").split())
+        swap = _swap_total()
+        memsw_ok = memsw.exists() and memsw.read_text().strip() in ("0", str(PROBE_LIMITS.memory_bytes))
+        expected_env = set(student_env(box.runtime, {}))
+        # The shell itself adds PWD, SHLVL and _; anything else came from outside.
+        env_names = set(seen.get("envnames", "").strip(",").split(",")) - {"PWD", "SHLVL", "_"}
+        protections = (
+            _p("uid_isolation", seen.get("uid") == str(box.uid) and seen.get("groups") == str(box.uid),
+               "a leased uid per sandbox (setpriv --reuid --clear-groups)", f"student uid {seen.get('uid')}, groups {seen.get('groups')}"),
+            _p("no_new_privs", seen.get("NoNewPrivs") == "1" and seen.get("CapEff") == "0000000000000000" and seen.get("CapBnd") == "0000000000000000",
+               "no_new_privs, empty capability sets", f"NoNewPrivs={seen.get('NoNewPrivs')} CapEff={seen.get('CapEff')} CapBnd={seen.get('CapBnd')}"),
+            _p("mount_namespace", seen.get("ns_mnt") != _host_ns("mnt") and seen.get("root_visible") == "no" and seen.get("marker_visible") == "no",
+               "bubblewrap mount namespace from an allowlist", "host-only marker and /root invisible" if seen.get("marker_visible") == "no" else "host files visible"),
+            _p("pid_namespace", seen.get("ns_pid") != _host_ns("pid") and int(seen.get("nprocs", "999")) < 10,
+               "PID namespace with a fresh /proc", f"{seen.get('nprocs')} processes visible"),
+            _p("network_namespace", seen.get("ns_net") != _host_ns("net") and seen.get("netifs") == "lo,",
+               "network namespace, loopback only", f"interfaces: {seen.get('netifs')}"),
+            _p("ipc_namespace", seen.get("ns_ipc") != _host_ns("ipc"), "IPC namespace (private SysV shm, queues, semaphores)"),
+            _p("memory_limit", mem_file.exists() and mem_file.read_text().strip() == str(PROBE_LIMITS.memory_bytes),
+               f"cgroup v{v} memory controller (tmpfs and SysV shm are charged to it)"),
+            _p("no_swap", memsw_ok or swap == 0, "memory+swap limit" if memsw_ok else "host has no swap",
+               f"host swap {swap // MiB} MiB"),
+            _p("pids_limit", pids_file.exists() and pids_file.read_text().strip() == str(PROBE_LIMITS.pids), f"cgroup v{v} pids controller"),
+            _p("cpu_quota", cpu_ok, f"cgroup v{v} CFS quota"),
+            _p("freezer", freezer_ok, f"cgroup v{v} {'cgroup.freeze' if v == 2 else 'freezer controller'} (kill_all cannot be outrun)"),
+            _p("disk_quota", blocks * bsize == PROBE_LIMITS.workdir_bytes and inodes == PROBE_LIMITS.workdir_inodes,
+               "tmpfs with size= and nr_inodes= for /workdir, /tmp, /dev/shm", f"/workdir: {blocks * bsize} bytes, {inodes} inodes"),
+            _p("oom_priority", seen.get("oom") == "1000", "oom_score_adj 1000 for student processes"),
+            _p("clean_environment", env_names == expected_env, "fixed minimal environment", f"variables: {', '.join(sorted(env_names))}"),
+            _p("device_passthrough", True, "bubblewrap --dev-bind of task-declared device nodes", "only nodes a task names are present"),
+        )
+        return ConfinementReport(protections=protections, cgroup_version=v)
+    except ProctorError as exc:
+        return ConfinementReport(protections=(Protection(name="sandbox", status="missing", mechanism="bubblewrap + cgroups", detail=str(exc)),))
+    finally:
+        marker.unlink(missing_ok=True)
+        box.close()
+
+
+def machine_confinement() -> ConfinementReport:
+    """The probe's result, computed once per process."""
+    global _cached
+    with _lock:
+        if _cached is None:
+            _cached = probe()
+        return _cached

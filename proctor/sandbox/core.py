@@ -1,0 +1,479 @@
+"""One student's world: create it, run commands in it as the student, kill everything in it
+and prove it, tear it down.
+
+A sandbox owns persistent places (a leased uid, cgroups, capped tmpfs mounts for /workdir, /tmp
+and /dev/shm) and, while the student is active, a *session*: a bubblewrap process that holds the
+namespaces, anchored by a root process the student cannot signal. Every command enters that
+session with nsenter, joins a child cgroup of its own (so its whole tree can be killed on timeout),
+then drops to the student's uid with setpriv. `kill_all()` ends the session; the next command
+starts a fresh one, so no student process survives a custody point but the workdir does."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ..errors import ConfinementError, SandboxError
+from . import procfs, reclaim, tmpfs
+from .capture import HeadTail
+from .cgroups import SandboxCgroup
+from .environment import student_env, student_path
+from .host import binaries, state_dir
+from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
+from .network import NetworkBridge
+from .reaper import reap_until_empty
+from .runtime import default_runtime
+from .uids import UidLease, lease_uid
+from .view import Places, bwrap_args, check_trusted_dirs, write_etc
+
+# Runs as root on the host, before the command: raise the OOM score (the student dies first),
+# join the command's cgroups, report on fd 3 that it did, then become the command.
+_ENTER = (
+    'echo 1000 > /proc/self/oom_score_adj || exit 125; '
+    'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
+    'echo ok >&3; exec 3>&-; exec "$@"'
+)
+_ENTER_FAILED = 125
+DEFAULT_OUTPUT_CAP = 1024 * 1024
+# After the command exits, background processes may still hold its pipes: drain this long, no more.
+_DRAIN_GRACE_S = 0.05
+
+
+def _setpriv(uid: int, gid: int) -> list[str]:
+    return [
+        binaries()["setpriv"], f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+        "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
+    ]
+
+
+class StudentProcess:
+    """A long-running process inside the sandbox (e.g. a shell session), with pipes."""
+
+    def __init__(self, popen: subprocess.Popen, group: str, sandbox: Sandbox) -> None:
+        self.popen = popen
+        self.group = group
+        self._sandbox = sandbox
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def pids(self) -> list[int]:
+        return self._sandbox._cg.child_pids(self.group)
+
+    def kill_tree(self) -> None:
+        """Kill this process and every process it started, daemons included."""
+        self._sandbox._kill_group(self.group)
+        self.popen.wait()
+
+
+class Sandbox:
+    """An isolated, kernel-confined world for one student. Use as a context manager."""
+
+    def __init__(self, spec: SandboxSpec, confinement: ConfinementReport, *, degraded_ok: bool) -> None:
+        self.spec = spec
+        self.confinement = confinement
+        self.degraded_ok = degraded_ok
+        self.id = f"sbx-{secrets.token_hex(6)}"
+        self._lock_fd = reclaim.lock_new(self.id)
+        self._lease: UidLease | None = None
+        self._cg = SandboxCgroup(self.id)
+        self._session: subprocess.Popen | None = None
+        self._anchor_pid: int | None = None
+        self._pidns: int | None = None
+        self._children: list[subprocess.Popen] = []
+        self._bridge: NetworkBridge | None = None
+        self._closed = False
+        root = state_dir("sandboxes") / self.id
+        self.places = Places(root, root / "etc", root / "workdir", root / "tmp", root / "shm")
+        self.runtime = spec.runtime or default_runtime()
+
+    # -- creation --------------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        spec: SandboxSpec | None = None,
+        *,
+        require: Iterable[str] | None = None,
+        allow_degraded: bool = False,
+    ) -> Sandbox:
+        """Build a sandbox. Fails with ConfinementError naming the protection if this machine
+        cannot give one that is required (all default protections unless `require` says
+        otherwise), unless `allow_degraded` is set, in which case the grant records the gap."""
+        from .confinement import DEFAULT_REQUIRED, machine_confinement
+
+        spec = spec or SandboxSpec()
+        reclaim.reclaim_once()
+        report = machine_confinement()
+        needed = set(DEFAULT_REQUIRED if require is None else require)
+        unknown = needed - {p.name for p in report.protections}
+        if unknown:
+            raise ConfinementError(f"unknown protection(s) required: {', '.join(sorted(unknown))}")
+        lacking = sorted(n for n in needed if report.get(n).status != "enforced")  # type: ignore[union-attr]
+        if lacking and not allow_degraded:
+            details = "; ".join(f"{n}: {report.get(n).status} ({report.get(n).detail})" for n in lacking)  # type: ignore[union-attr]
+            raise ConfinementError(
+                f"this machine does not enforce {', '.join(lacking)} ({details}); "
+                "run `proctor check confinement`, or opt out explicitly with allow_degraded=True"
+            )
+        box = cls(spec, report, degraded_ok=bool(lacking))
+        try:
+            box._build()
+        except BaseException:
+            box.close()
+            raise
+        return box
+
+    def _build(self) -> None:
+        self._lease = lease_uid()
+        uid = gid = self._lease.uid
+        reclaim.write_meta(self.id, uid)
+        if self.runtime:
+            check_trusted_dirs(student_path(self.runtime))
+        self.places.root.mkdir(mode=0o700, exist_ok=True)
+        write_etc(self.places, uid, gid, self.spec.hostname)
+        limits = self.spec.limits
+        for path in (self.places.workdir, self.places.tmp, self.places.shm):
+            path.mkdir(mode=0o700, exist_ok=True)
+        tmpfs.mount_tmpfs(self.places.workdir, size=limits.workdir_bytes, inodes=limits.workdir_inodes, uid=uid, gid=gid, mode=0o700)
+        tmpfs.mount_tmpfs(self.places.tmp, size=limits.tmp_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
+        tmpfs.mount_tmpfs(self.places.shm, size=limits.shm_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
+        self._cg.create(limits)
+        self._env = student_env(self.runtime, self.spec.env)
+        if self.spec.network.allow:
+            self._bridge = NetworkBridge(self.spec.network.allow)
+
+    @property
+    def uid(self) -> int:
+        assert self._lease is not None
+        return self._lease.uid
+
+    @property
+    def workdir(self) -> Path:
+        """Host path of the student's /workdir (for custody only: never follow paths in it)."""
+        return self.places.workdir
+
+    # -- the session -----------------------------------------------------------------------------
+    def _ensure_session(self) -> None:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed")
+        if self._session is not None and self._session.poll() is None:
+            return
+        self._cg.make_child("anchor")
+        info_r, info_w = os.pipe()
+        args = bwrap_args(self.spec, self.places, self.runtime)
+        argv = [
+            binaries()["bwrap"], *args, "--info-fd", str(info_w), "--",
+            # The anchor: root inside, no capabilities, so the student can neither signal it nor
+            # end the namespace early. It says "ready" once bubblewrap has finished building the
+            # view (the info fd is written before that), then sleeps until kill_all or teardown.
+            "/bin/sh", "-c", "echo ready; exec /bin/sleep infinity",
+        ]
+        proc, status_r = self._enter_popen(argv, "anchor", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, pass_fds=(info_w,))
+        os.close(info_w)
+        try:
+            self._check_entered(proc, status_r)
+            ready = _read_all(proc.stdout.fileno(), timeout_s=10.0, limit=6)  # type: ignore[union-attr]
+            info = _read_all(info_r, timeout_s=1.0)
+            self._anchor_pid = int(json.loads(info)["child-pid"])
+            if ready != b"ready\n":
+                raise ValueError("anchor not ready")
+        except (ValueError, KeyError, TypeError):
+            proc.kill()
+            _, err = proc.communicate(timeout=5)
+            raise SandboxError(f"bubblewrap failed to start the sandbox: {err.decode(errors='replace').strip() or 'no namespace info'}") from None
+        finally:
+            os.close(info_r)
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()  # type: ignore[union-attr]
+        self._session = proc
+        self._pidns = procfs.pidns_of(self._anchor_pid)
+        if self._bridge:
+            self._bridge.start(self)
+
+    def _enter_popen(self, argv: Sequence[str], group: str, **kwargs) -> tuple[subprocess.Popen, int]:
+        """Start argv as root on the host, already inside the sandbox's cgroup `group`."""
+        status_r, status_w = os.pipe()
+        pass_fds = tuple(kwargs.pop("pass_fds", ())) + (status_w,)
+        files = self._cg.child_procs_files(group)
+        script = _ENTER.replace(">&3", f">&{status_w}").replace("exec 3>&-", f"exec {status_w}>&-")
+        try:
+            proc = subprocess.Popen(
+                [binaries()["sh"], "-c", script, "proctor-enter", *files, "--", *argv],
+                env=self._env, close_fds=True, pass_fds=pass_fds, start_new_session=True, cwd="/", **kwargs,
+            )
+        finally:
+            os.close(status_w)
+        self._children.append(proc)
+        return proc, status_r
+
+    def _student_argv(self, argv: Sequence[str], cwd: str) -> list[str]:
+        assert self._anchor_pid is not None
+        return [
+            binaries()["nsenter"], "-t", str(self._anchor_pid), "-m", "-u", "-i", "-n", "-p", "-C",
+            "-r", f"--wdns={cwd}", "--", *_setpriv(self.uid, self.uid), *argv,
+        ]
+
+    # -- running commands ------------------------------------------------------------------------
+    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> StudentProcess:
+        """Start a long-running student process with stdin/stdout/stderr pipes."""
+        self._ensure_session()
+        group = self._cg.new_child()
+        proc, status_r = self._enter_popen(
+            self._student_argv(argv, cwd), group, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        self._check_entered(proc, status_r)
+        return StudentProcess(proc, group, self)
+
+    def run(
+        self,
+        argv: Sequence[str] | str,
+        *,
+        input: bytes | None = None,
+        timeout: float = 60.0,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        cwd: str = "/workdir",
+    ) -> ExecResult:
+        """Run a command as the student. A string is run by /bin/sh -c. On timeout the command's
+        whole process tree is killed. Output beyond `output_cap` keeps its head and tail."""
+        argv = ["/bin/sh", "-c", argv] if isinstance(argv, str) else list(argv)
+        if not argv:
+            raise ValueError("empty command")
+        self._ensure_session()
+        group = self._cg.new_child()
+        start = time.monotonic()
+        proc, status_r = self._enter_popen(
+            self._student_argv(argv, cwd), group,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        out, err = HeadTail(output_cap // 2, output_cap - output_cap // 2), HeadTail(output_cap // 2, output_cap - output_cap // 2)
+        timed_out = _pump(proc, input, out, err, deadline=start + timeout)
+        if timed_out:
+            self._kill_group(group)
+        status, rusage = _wait4(proc)
+        self._children.remove(proc)
+        self._check_entered(proc, status_r, status)
+        code = os.waitstatus_to_exitcode(status)
+        return ExecResult(
+            argv=tuple(argv),
+            exit_code=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
+            timed_out=timed_out,
+            stdout=out.getvalue(), stderr=err.getvalue(),
+            stdout_dropped=out.dropped, stderr_dropped=err.dropped,
+            duration_s=time.monotonic() - start,
+            usage=ResourceUsage(cpu_user_s=rusage.ru_utime, cpu_system_s=rusage.ru_stime, max_rss_bytes=rusage.ru_maxrss * 1024),
+        )
+
+    def _check_entered(self, proc: subprocess.Popen, status_r: int, status: int | None = None) -> None:
+        """The enter script reports 'ok' once in the cgroup; without it nothing of the student ran."""
+        try:
+            if status is None:
+                ok = _read_all(status_r, timeout_s=10.0, limit=3) == b"ok\n"
+            else:
+                os.set_blocking(status_r, False)
+                try:
+                    ok = os.read(status_r, 3) == b"ok\n"
+                except BlockingIOError:
+                    ok = False
+        finally:
+            os.close(status_r)
+        if not ok:
+            raise SandboxError(f"sandbox {self.id}: could not place a command in its cgroup (exit {proc.poll()})")
+
+    def _kill_group(self, group: str) -> None:
+        """Freeze, kill and thaw one command's cgroup until it is empty."""
+        end = time.monotonic() + 5.0
+        while True:
+            try:
+                self._cg.freeze(group)
+            except TimeoutError:
+                pass
+            pids = self._cg.child_pids(group)
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self._cg.thaw(group)
+            if not pids or time.monotonic() > end:
+                return
+            time.sleep(0.001)
+
+    # -- ending ------------------------------------------------------------------------------------
+    def _reap_children(self) -> None:
+        for proc in list(self._children):
+            if proc.poll() is not None:
+                self._children.remove(proc)
+
+    def kill_all(self, deadline_s: float = 5.0) -> KillReport:
+        """Kill every process of this sandbox and prove none is left: the cgroups, the PID
+        namespace and the host's process table (by uid) must all be empty."""
+        if self._lease is None:
+            return KillReport(empty=True, killed=0, rounds=0, duration_s=0.0)
+        report = reap_until_empty(
+            freeze=lambda: self._cg.freeze(timeout_s=0.5),
+            thaw=self._cg.thaw,
+            cgroup_pids=self._cg.pids,
+            uid=self.uid,
+            pidns=self._pidns,
+            reap_children=self._reap_children,
+            deadline_s=deadline_s,
+        )
+        if report.empty:
+            if self._bridge:
+                self._bridge.stop()
+            self._session = None
+            self._anchor_pid = None
+            self._pidns = None
+            for child in _child_groups(self._cg):
+                self._cg.remove_child(child)
+        return report
+
+    def usage(self) -> dict[str, int]:
+        return self._cg.usage()
+
+    def close(self) -> None:
+        """Tear everything down: processes, mounts, cgroups, files, the uid. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        errors: list[str] = []
+        if self._lease is not None:
+            report = self.kill_all()
+            if not report.empty:
+                errors.append(report.detail)
+        if self._bridge:
+            self._bridge.stop()
+        for step in (self._unmount_all, self._cg.remove, self._remove_files):
+            try:
+                step()
+            except (SandboxError, OSError) as exc:
+                errors.append(str(exc))
+        if self._lease is not None:
+            self._lease.release()
+        if not errors:
+            reclaim.unlock(self.id, self._lock_fd)
+        if errors:
+            raise SandboxError(f"teardown of {self.id} incomplete (reclaim will retry): {'; '.join(errors)}")
+
+    def _unmount_all(self) -> None:
+        for point in tmpfs.mounts_under(self.places.root):
+            tmpfs.unmount(point)
+
+    def _remove_files(self) -> None:
+        if self.places.root.exists():
+            shutil.rmtree(self.places.root)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _child_groups(cg: SandboxCgroup) -> list[str]:
+    d = cg._freezer_dir(None)
+    return [p.name for p in d.iterdir() if p.is_dir()] if d.exists() else []
+
+
+def _read_all(fd: int, *, timeout_s: float, limit: int = 65536) -> bytes:
+    """Read until EOF (or `limit` bytes), waiting at most `timeout_s`."""
+    sel = selectors.DefaultSelector()
+    sel.register(fd, selectors.EVENT_READ)
+    data = b""
+    end = time.monotonic() + timeout_s
+    try:
+        while len(data) < limit:
+            left = end - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                break
+            chunk = os.read(fd, limit - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        sel.close()
+    return data
+
+
+def _pump(proc: subprocess.Popen, input: bytes | None, out: HeadTail, err: HeadTail, *, deadline: float) -> bool:
+    """Feed stdin and drain stdout/stderr until the command exits; True if the deadline passed.
+    Background processes may hold the pipes open after the command exits: drain briefly, then stop."""
+    sel = selectors.DefaultSelector()
+    assert proc.stdout and proc.stderr
+    for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
+        os.set_blocking(stream.fileno(), False)
+        sel.register(stream.fileno(), selectors.EVENT_READ, sink)
+    pidfd = os.pidfd_open(proc.pid)
+    sel.register(pidfd, selectors.EVENT_READ, None)
+    pending = memoryview(input or b"")
+    if proc.stdin:
+        os.set_blocking(proc.stdin.fileno(), False)
+        if pending:
+            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
+        else:
+            proc.stdin.close()
+    exited_at: float | None = None
+    streams_open = 2
+    timed_out = False
+    try:
+        while True:
+            now = time.monotonic()
+            if exited_at is None and now >= deadline:
+                timed_out = True
+                break
+            if exited_at is not None and (streams_open == 0 or now - exited_at > _DRAIN_GRACE_S):
+                break
+            wait = deadline - now if exited_at is None else exited_at + _DRAIN_GRACE_S - now
+            for key, _ in sel.select(max(wait, 0)):
+                if key.data is None:
+                    sel.unregister(pidfd)
+                    exited_at = time.monotonic()
+                elif key.data == "stdin":
+                    try:
+                        pending = pending[os.write(key.fd, pending[:65536]) :]
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(key.fd)
+                        proc.stdin.close()  # type: ignore[union-attr]
+                else:
+                    try:
+                        chunk = os.read(key.fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        key.data.write(chunk)
+                    else:
+                        sel.unregister(key.fd)
+                        streams_open -= 1
+    finally:
+        sel.close()
+        os.close(pidfd)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream and not stream.closed:
+                stream.close()
+    return timed_out
+
+
+def _wait4(proc: subprocess.Popen) -> tuple[int, os.struct_rusage]:  # type: ignore[name-defined]
+    _, status, rusage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return status, rusage

@@ -1,0 +1,194 @@
+"""The typed surface of the sandbox: what a task asks for and what a command gives back."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+# Paths inside the sandbox that Proctor itself builds; a task may not mount over them.
+RESERVED_SANDBOX_PATHS = ("/", "/proc", "/dev", "/workdir", "/tmp", "/dev/shm", "/etc", "/usr")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SandboxLimits(_Model):
+    """Per-sandbox limits, all enforced by the kernel (cgroups and capped tmpfs)."""
+
+    memory_bytes: int = Field(2 * GiB, ge=16 * MiB, description="Memory cap: anonymous, page cache, tmpfs (workdir, /tmp, /dev/shm) and SysV shm together. No swap.")
+    pids: int = Field(256, ge=8, le=65536, description="Most processes and threads alive at once.")
+    cpus: float = Field(1.0, gt=0.01, le=1024, description="CPU quota in cores (CFS quota), so a CPU hog cannot starve the harness.")
+    workdir_bytes: int = Field(1 * GiB, ge=1 * MiB, description="Size of the writable /workdir.")
+    workdir_inodes: int = Field(100_000, ge=64, description="Files and directories /workdir may hold.")
+    tmp_bytes: int = Field(256 * MiB, ge=1 * MiB, description="Size of the private /tmp.")
+    shm_bytes: int = Field(64 * MiB, ge=1 * MiB, description="Size of the private /dev/shm.")
+    tmp_inodes: int = Field(20_000, ge=64, description="Files /tmp and /dev/shm may each hold.")
+
+
+class Mount(_Model):
+    """A host path the task adds to the student's view."""
+
+    source: str = Field(description="Absolute host path.")
+    target: str = Field(description="Absolute path inside the sandbox.")
+    writable: bool = Field(False, description="Read-write bind; read-only by default.")
+
+    @field_validator("source", "target")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if not path.is_absolute() or ".." in path.parts:
+            raise ValueError(f"{value!r} must be an absolute path without '..'")
+        return str(path)
+
+    @field_validator("target")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        if value in RESERVED_SANDBOX_PATHS or value == "/data":
+            raise ValueError(f"{value!r} is built by Proctor itself; mount elsewhere")
+        return value
+
+
+class Device(_Model):
+    """A host device node passed through to the student (a GPU's, for kernel tasks)."""
+
+    path: str = Field(description="Device node path, the same on the host and inside, e.g. /dev/nvidia0.")
+
+    @field_validator("path")
+    @classmethod
+    def _under_dev(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if not path.is_absolute() or ".." in path.parts or path.parts[:2] != ("/", "dev"):
+            raise ValueError(f"{value!r} must be an absolute path under /dev")
+        return str(path)
+
+
+class Endpoint(_Model):
+    """One TCP destination a task allows the student to reach."""
+
+    host: str = Field(description="Host name or address the harness connects to on the student's behalf.")
+    port: int = Field(ge=1, le=65535)
+    local_port: int = Field(ge=1024, le=65535, description="Port on the sandbox's loopback that leads to it.")
+
+
+class NetworkPolicy(_Model):
+    """Loopback only by default. An allowlist is bridged by the harness through Unix sockets;
+    the student's namespace still has no route anywhere."""
+
+    allow: tuple[Endpoint, ...] = Field((), description="TCP endpoints reachable through loopback forwarders.")
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> NetworkPolicy:
+        ports = [e.local_port for e in self.allow]
+        if len(ports) != len(set(ports)):
+            raise ValueError("two allowlist endpoints share a local_port")
+        return self
+
+
+_CODE_LOADING_PREFIXES = ("LD_", "PYTHON", "PERL5", "RUBY", "NODE_", "BASH_ENV", "ENV", "GCONV_", "MALLOC_")
+_SAFE_PYTHON_VARS = {"PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING"}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SandboxSpec(_Model):
+    """Everything that shapes one student's world."""
+
+    limits: SandboxLimits = SandboxLimits()
+    runtime: str | None = Field(None, description="Student Python runtime (a venv root), mounted read-only at the same path; None: the default from setup.")
+    data_dir: str | None = Field(None, description="Host directory shown read-only at /data.")
+    mounts: tuple[Mount, ...] = ()
+    devices: tuple[Device, ...] = ()
+    network: NetworkPolicy = NetworkPolicy()
+    env: dict[str, str] = Field(default_factory=dict, description="Extra variables for every student process (no LD_*, no code-loading PYTHON*).")
+    hostname: str = "sandbox"
+
+    @field_validator("env")
+    @classmethod
+    def _safe_env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"environment variable name {name!r} is not a valid name")
+            if name in ("PATH", "HOME"):
+                raise ValueError(f"{name} is fixed by the sandbox; add directories through the runtime instead")
+            if name.startswith(_CODE_LOADING_PREFIXES) and name not in _SAFE_PYTHON_VARS:
+                raise ValueError(f"environment variable {name} can make student processes load code; it is not allowed")
+            if "\0" in value:
+                raise ValueError(f"environment variable {name} contains a NUL byte")
+        return env
+
+
+class ResourceUsage(_Model):
+    """What one command (and the children it waited for) used."""
+
+    cpu_user_s: float = 0.0
+    cpu_system_s: float = 0.0
+    max_rss_bytes: int = 0
+
+
+class ExecResult(_Model):
+    """The outcome of one command run as the student."""
+
+    argv: tuple[str, ...]
+    exit_code: int | None = Field(description="Exit status, or None when killed by a signal.")
+    signal: int | None = Field(None, description="Signal that ended the command, if any.")
+    timed_out: bool = False
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_dropped: int = Field(0, description="Bytes of stdout not kept (past the capture cap).")
+    stderr_dropped: int = Field(0, description="Bytes of stderr not kept.")
+    duration_s: float = 0.0
+    usage: ResourceUsage = ResourceUsage()
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def text(self) -> str:
+        """stdout decoded leniently: student output is not trusted to be UTF-8."""
+        return self.stdout.decode("utf-8", errors="replace")
+
+
+class KillReport(_Model):
+    """The proof (or not) that a sandbox holds no student process."""
+
+    empty: bool = Field(description="True only when the cgroups, the PID namespace and the uid all hold no process.")
+    killed: int = Field(description="Processes sent SIGKILL.")
+    rounds: int
+    duration_s: float
+    remaining: tuple[int, ...] = Field((), description="PIDs still alive when the deadline passed.")
+    detail: str = ""
+
+
+ProtectionStatus = Literal["enforced", "degraded", "missing"]
+
+
+class Protection(_Model):
+    name: str
+    status: ProtectionStatus
+    mechanism: str
+    detail: str = ""
+
+
+class ConfinementReport(_Model):
+    """What this machine actually grants, probed for real."""
+
+    protections: tuple[Protection, ...]
+    cgroup_version: Literal[1, 2] | None = None
+
+    def get(self, name: str) -> Protection | None:
+        return next((p for p in self.protections if p.name == name), None)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.protections if p.status == "missing")
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing

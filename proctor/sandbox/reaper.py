@@ -1,0 +1,94 @@
+"""Kill every student process and prove none is left.
+
+The proof has three independent witnesses: the sandbox's cgroups are empty, its PID namespace
+holds no process, and no process on the host runs as its uid. A fork storm cannot outrun it
+because the cgroup is frozen before anything is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+
+from . import procfs
+from .models import KillReport
+
+
+def _kill(pids: Iterable[int]) -> int:
+    n = 0
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            n += 1
+        except ProcessLookupError:
+            pass
+    return n
+
+
+def kill_uid(uid: int, deadline_s: float = 5.0) -> bool:
+    """SIGKILL every process running as `uid`; True once none is left (zombies aside)."""
+    end = time.monotonic() + deadline_s
+    while True:
+        live = [p for p in procfs.pids_of_uid(uid) if not procfs.is_zombie(p)]
+        if not live:
+            return True
+        if time.monotonic() > end:
+            return False
+        _kill(live)
+        time.sleep(0.005)
+
+
+def reap_until_empty(
+    *,
+    freeze: Callable[[], None],
+    thaw: Callable[[], None],
+    cgroup_pids: Callable[[], list[int]],
+    uid: int,
+    pidns: int | None,
+    reap_children: Callable[[], None],
+    deadline_s: float,
+) -> KillReport:
+    """Freeze, kill, thaw, repeat until all three witnesses agree the sandbox is empty."""
+    start = time.monotonic()
+    end = start + deadline_s
+    killed = rounds = 0
+    remaining: list[int] = []
+    while True:
+        rounds += 1
+        try:
+            freeze()
+        except TimeoutError:
+            pass  # killing still works on a partly frozen group; the witnesses decide
+        # Kill everything, including processes we cannot attribute yet: the uid scan catches a
+        # process that left the cgroup (it cannot, unprivileged, but we do not rely on that).
+        targets = set(cgroup_pids()) | set(procfs.pids_of_uid(uid))
+        if pidns is not None:
+            targets |= set(procfs.pids_in_pidns(pidns))
+        targets.discard(os.getpid())
+        killed += _kill(targets)
+        thaw()  # frozen tasks only die once thawed
+        wait_end = min(end, time.monotonic() + 0.5)
+        while time.monotonic() < wait_end:
+            reap_children()
+            remaining = _witnesses(cgroup_pids, uid, pidns)
+            if not remaining:
+                return KillReport(empty=True, killed=killed, rounds=rounds, duration_s=time.monotonic() - start)
+            time.sleep(0.002)
+        if time.monotonic() >= end:
+            return KillReport(
+                empty=False,
+                killed=killed,
+                rounds=rounds,
+                duration_s=time.monotonic() - start,
+                remaining=tuple(sorted(remaining)),
+                detail=f"{len(remaining)} process(es) still alive after {deadline_s:.1f}s",
+            )
+
+
+def _witnesses(cgroup_pids: Callable[[], list[int]], uid: int, pidns: int | None) -> list[int]:
+    alive = set(cgroup_pids())
+    alive |= {p for p in procfs.pids_of_uid(uid) if not procfs.is_zombie(p)}
+    if pidns is not None:
+        alive |= {p for p in procfs.pids_in_pidns(pidns) if not procfs.is_zombie(p)}
+    return sorted(alive)

@@ -1,0 +1,121 @@
+"""Reclaiming what a crashed harness left behind.
+
+Every live sandbox holds an flock on `locks/<id>.lock`; the kernel drops it when the harness
+dies, even by `kill -9`. At startup any sandbox id whose lock can be taken is stale: its
+processes are killed (by cgroup and by uid), its mounts detached, its cgroups, files and uid
+lease removed."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from . import cgroups, tmpfs
+from .host import state_dir
+from .reaper import kill_uid, reap_until_empty
+from .uids import uid_in_range
+
+_done = False
+_once = threading.Lock()
+
+
+def _lock_path(sandbox_id: str) -> Path:
+    return state_dir("locks") / f"{sandbox_id}.lock"
+
+
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+            return fd
+    except (BlockingIOError, FileNotFoundError):
+        pass
+    os.close(fd)
+    return None
+
+
+def lock_new(sandbox_id: str) -> int:
+    fd = _try_lock(_lock_path(sandbox_id))
+    if fd is None:
+        raise RuntimeError(f"sandbox id {sandbox_id} is already locked")
+    return fd
+
+
+def unlock(sandbox_id: str, fd: int) -> None:
+    _lock_path(sandbox_id).unlink(missing_ok=True)
+    (state_dir("locks") / f"{sandbox_id}.json").unlink(missing_ok=True)
+    os.close(fd)
+
+
+def write_meta(sandbox_id: str, uid: int) -> None:
+    (state_dir("locks") / f"{sandbox_id}.json").write_text(json.dumps({"uid": uid}))
+
+
+def _known_ids() -> set[str]:
+    ids = cgroups.stale_sandbox_ids()
+    for directory, suffix in ((state_dir("locks"), ".lock"), (state_dir("locks"), ".json")):
+        ids.update(p.name[: -len(suffix)] for p in directory.iterdir() if p.name.endswith(suffix))
+    ids.update(p.name for p in state_dir("sandboxes").iterdir())
+    return {i for i in ids if i.startswith("sbx-")}
+
+
+def reclaim_stale() -> list[str]:
+    """Clean up every sandbox whose owner is gone; return their ids."""
+    reclaimed = []
+    for sandbox_id in sorted(_known_ids()):
+        fd = _try_lock(_lock_path(sandbox_id))
+        if fd is None:
+            continue  # a live harness owns it
+        try:
+            _reclaim(sandbox_id)
+            reclaimed.append(sandbox_id)
+        finally:
+            unlock(sandbox_id, fd)
+    return reclaimed
+
+
+def _reclaim(sandbox_id: str) -> None:
+    meta_path = state_dir("locks") / f"{sandbox_id}.json"
+    uid = None
+    try:
+        uid = int(json.loads(meta_path.read_text())["uid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    cg = cgroups.SandboxCgroup(sandbox_id)
+    if uid is not None and uid_in_range(uid):
+        reap_until_empty(
+            freeze=lambda: cg.freeze(timeout_s=0.5), thaw=cg.thaw, cgroup_pids=cg.pids, uid=uid,
+            pidns=None, reap_children=lambda: None, deadline_s=5.0,
+        )
+        uid_lock = state_dir("uids") / str(uid)
+        fd = _try_lock(uid_lock) if uid_lock.exists() else None
+        if fd is not None:
+            uid_lock.unlink(missing_ok=True)
+            os.close(fd)
+        kill_uid(uid)
+    else:
+        for pid in cg.pids():
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+    root = state_dir("sandboxes") / sandbox_id
+    for point in tmpfs.mounts_under(root):
+        tmpfs.unmount(point)
+    if root.exists():
+        shutil.rmtree(root)
+    cg.remove()
+
+
+def reclaim_once() -> None:
+    """Run reclaim the first time this process creates a sandbox."""
+    global _done
+    with _once:
+        if not _done:
+            reclaim_stale()
+            _done = True

@@ -1,0 +1,49 @@
+"""Capped filesystems for the writable places (/workdir, /tmp, /dev/shm).
+
+Each is a tmpfs mounted by the harness under its root-only state directory: `size=` caps the
+bytes and `nr_inodes=` the files, so a disk fill or an inode fill stops at the quota; its pages
+are charged to the memory cgroup of the process that writes them, so they also count against the
+student's memory limit. The mount lives on the host, not in the sandbox's namespace, so the
+workdir survives between steps and custody can read it after every student process is gone."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from pathlib import Path
+
+from ..errors import SandboxError
+
+MS_NOSUID = 2
+MS_NODEV = 4
+MNT_DETACH = 2
+UMOUNT_NOFOLLOW = 8
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+def mount_tmpfs(target: Path, *, size: int, inodes: int, uid: int, gid: int, mode: int) -> None:
+    options = f"size={size},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}".encode()
+    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+        err = ctypes.get_errno()
+        raise SandboxError(f"cannot mount a tmpfs on {target}: {os.strerror(err)}")
+
+
+def unmount(target: Path) -> None:
+    """Lazily detach `target`; quiet when nothing is mounted there."""
+    if _libc.umount2(os.fsencode(target), MNT_DETACH | UMOUNT_NOFOLLOW) != 0:
+        err = ctypes.get_errno()
+        if err not in (22, 2):  # EINVAL: not a mount point; ENOENT: gone
+            raise SandboxError(f"cannot unmount {target}: {os.strerror(err)}")
+
+
+def mounts_under(directory: Path) -> list[Path]:
+    """Mount points at or below `directory`, deepest first (the order to unmount them)."""
+    prefix = str(directory).rstrip("/") + "/"
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].encode().decode("unicode_escape")
+        if point == str(directory) or point.startswith(prefix):
+            found.append(Path(point))
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)

@@ -1,0 +1,109 @@
+"""One unprivileged uid per live sandbox, leased with a lock file so that two harness processes
+never hand out the same uid, and a crashed harness's lease frees itself (the kernel drops flocks)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pwd
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SandboxError
+from .host import state_dir
+
+# Far above login uids and typical /etc/subuid ranges (100000 + 65536 per user).
+UID_BASE = 1_500_000_000
+UID_COUNT = 65_536
+
+
+def _subid_ranges() -> list[tuple[int, int]]:
+    ranges = []
+    for name in ("/etc/subuid", "/etc/subgid"):
+        try:
+            lines = Path(name).read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.strip().split(":")
+            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                start = int(parts[1])
+                ranges.append((start, start + int(parts[2])))
+    return ranges
+
+
+def _uid_is_foreign(uid: int, subids: list[tuple[int, int]]) -> bool:
+    """A uid someone else may use: a passwd entry or inside a subordinate id range."""
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        pass
+    return any(lo <= uid < hi for lo, hi in subids)
+
+
+@dataclass
+class UidLease:
+    uid: int
+    _fd: int = field(repr=False)
+    _path: Path = field(repr=False)
+
+    @property
+    def gid(self) -> int:
+        return self.uid
+
+    def release(self) -> None:
+        if self._fd < 0:
+            return
+        try:
+            self._path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    # The previous holder may have unlinked the file between our open and our lock: then we
+    # hold a lock on a dead inode while a third party locks a new file. Only the live inode counts.
+    try:
+        if os.stat(path, follow_symlinks=False).st_ino != os.fstat(fd).st_ino:
+            os.close(fd)
+            return None
+    except FileNotFoundError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def lease_uid() -> UidLease:
+    """Lease a uid no other live sandbox holds. Leftover processes of that uid (from a crashed
+    harness) are killed before it is handed out."""
+    from .reaper import kill_uid  # late import: reaper depends on models only
+
+    directory = state_dir("uids")
+    subids = _subid_ranges()
+    start = random.randrange(UID_COUNT)
+    for offset in range(UID_COUNT):
+        uid = UID_BASE + (start + offset) % UID_COUNT
+        if _uid_is_foreign(uid, subids):
+            continue
+        path = directory / str(uid)
+        fd = _try_lock(path)
+        if fd is None:
+            continue
+        if not kill_uid(uid, deadline_s=2.0):
+            os.close(fd)
+            continue
+        return UidLease(uid, fd, path)
+    raise SandboxError(f"no free sandbox uid in [{UID_BASE}, {UID_BASE + UID_COUNT}); too many live sandboxes")
+
+
+def uid_in_range(uid: int) -> bool:
+    return UID_BASE <= uid < UID_BASE + UID_COUNT
