@@ -261,7 +261,7 @@ class SandboxCgroup:
             "memory_peak_bytes": _read_int(mem / "memory.max_usage_in_bytes"),
             "cpu_ns": _read_int(self.dir("cpuacct") / "cpuacct.usage"),
             "oom_kills": int(oom.get("oom_kill", 0)),
-            "memory_limit_hits": _read_int(mem / "memory.failcnt"),
+            "memory_limit_hits": _read_int(mem / "memory.failcnt") + _read_int(mem / "memory.memsw.failcnt"),
             "pids_limit_hits": int(pid_events.get("max", 0)),
         }
 

@@ -27,7 +27,7 @@ from . import procfs, reclaim, tmpfs
 from .capture import HeadTail
 from .cgroups import SandboxCgroup
 from .environment import student_env, student_path
-from .host import binaries, state_dir
+from .host import binaries, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
 from .network import NetworkBridge
 from .reaper import reap_until_empty
@@ -36,13 +36,14 @@ from .uids import UidLease, lease_uid
 from .view import Places, bwrap_args, check_trusted_dirs, write_etc
 
 # Runs as root on the host, before the command: raise the OOM score (the student dies first),
-# join the command's cgroups, report on fd 3 that it did, then become the command.
+# join the command's cgroups, then become the command. The "ok" it writes to stderr is the first
+# byte there, before anything of the student's could be: the harness reads and strips it, and
+# without it knows the command never started.
 _ENTER = (
     'echo 1000 > /proc/self/oom_score_adj || exit 125; '
     'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
-    'echo ok >&3; exec 3>&-; exec "$@"'
+    'echo ok >&2; exec "$@"'
 )
-_ENTER_FAILED = 125
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 # After the command exits, background processes may still hold its pipes: drain this long, no more.
 _DRAIN_GRACE_S = 0.05
@@ -114,6 +115,7 @@ class Sandbox:
         otherwise), unless `allow_degraded` is set, in which case the grant records the gap."""
         from .confinement import DEFAULT_REQUIRED, machine_confinement
 
+        require_host()
         spec = spec or SandboxSpec()
         reclaim.reclaim_once()
         report = machine_confinement()
@@ -152,6 +154,8 @@ class Sandbox:
         tmpfs.mount_tmpfs(self.places.shm, size=limits.shm_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
         self._cg.create(limits)
         self._env = student_env(self.runtime, self.spec.env)
+        # Built (and validated: data dir, mounts, devices) once, so a bad spec fails at creation.
+        self._bwrap_args = bwrap_args(self.spec, self.places, self.runtime)
         if self.spec.network.allow:
             self._bridge = NetworkBridge(self.spec.network.allow)
 
@@ -173,7 +177,7 @@ class Sandbox:
             return
         self._cg.make_child("anchor")
         info_r, info_w = os.pipe()
-        args = bwrap_args(self.spec, self.places, self.runtime)
+        args = self._bwrap_args
         argv = [
             binaries()["bwrap"], *args, "--info-fd", str(info_w), "--",
             # The anchor: root inside, no capabilities, so the student can neither signal it nor
@@ -181,11 +185,11 @@ class Sandbox:
             # view (the info fd is written before that), then sleeps until kill_all or teardown.
             "/bin/sh", "-c", "echo ready; exec /bin/sleep infinity",
         ]
-        proc, status_r = self._enter_popen(argv, "anchor", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                           stderr=subprocess.PIPE, pass_fds=(info_w,))
+        proc = self._enter_popen(argv, "anchor", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, pass_fds=(info_w,))
         os.close(info_w)
         try:
-            self._check_entered(proc, status_r)
+            self._check_entered(proc)
             ready = _read_all(proc.stdout.fileno(), timeout_s=10.0, limit=6)  # type: ignore[union-attr]
             info = _read_all(info_r, timeout_s=1.0)
             self._anchor_pid = int(json.loads(info)["child-pid"])
@@ -204,21 +208,15 @@ class Sandbox:
         if self._bridge:
             self._bridge.start(self)
 
-    def _enter_popen(self, argv: Sequence[str], group: str, **kwargs) -> tuple[subprocess.Popen, int]:
+    def _enter_popen(self, argv: Sequence[str], group: str, **kwargs) -> subprocess.Popen:
         """Start argv as root on the host, already inside the sandbox's cgroup `group`."""
-        status_r, status_w = os.pipe()
-        pass_fds = tuple(kwargs.pop("pass_fds", ())) + (status_w,)
         files = self._cg.child_procs_files(group)
-        script = _ENTER.replace(">&3", f">&{status_w}").replace("exec 3>&-", f"exec {status_w}>&-")
-        try:
-            proc = subprocess.Popen(
-                [binaries()["sh"], "-c", script, "proctor-enter", *files, "--", *argv],
-                env=self._env, close_fds=True, pass_fds=pass_fds, start_new_session=True, cwd="/", **kwargs,
-            )
-        finally:
-            os.close(status_w)
+        proc = subprocess.Popen(
+            [binaries()["sh"], "-c", _ENTER, "proctor-enter", *files, "--", *argv],
+            env=self._env, close_fds=True, start_new_session=True, cwd="/", **kwargs,
+        )
         self._children.append(proc)
-        return proc, status_r
+        return proc
 
     def _student_argv(self, argv: Sequence[str], cwd: str) -> list[str]:
         assert self._anchor_pid is not None
@@ -232,10 +230,10 @@ class Sandbox:
         """Start a long-running student process with stdin/stdout/stderr pipes."""
         self._ensure_session()
         group = self._cg.new_child()
-        proc, status_r = self._enter_popen(
+        proc = self._enter_popen(
             self._student_argv(argv, cwd), group, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-        self._check_entered(proc, status_r)
+        self._check_entered(proc)
         return StudentProcess(proc, group, self)
 
     def run(
@@ -255,18 +253,18 @@ class Sandbox:
         self._ensure_session()
         group = self._cg.new_child()
         start = time.monotonic()
-        proc, status_r = self._enter_popen(
+        proc = self._enter_popen(
             self._student_argv(argv, cwd), group,
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
+        self._check_entered(proc)
         out, err = HeadTail(output_cap // 2, output_cap - output_cap // 2), HeadTail(output_cap // 2, output_cap - output_cap // 2)
         timed_out = _pump(proc, input, out, err, deadline=start + timeout)
         if timed_out:
             self._kill_group(group)
         status, rusage = _wait4(proc)
         self._children.remove(proc)
-        self._check_entered(proc, status_r, status)
         code = os.waitstatus_to_exitcode(status)
         return ExecResult(
             argv=tuple(argv),
@@ -279,21 +277,16 @@ class Sandbox:
             usage=ResourceUsage(cpu_user_s=rusage.ru_utime, cpu_system_s=rusage.ru_stime, max_rss_bytes=rusage.ru_maxrss * 1024),
         )
 
-    def _check_entered(self, proc: subprocess.Popen, status_r: int, status: int | None = None) -> None:
-        """The enter script reports 'ok' once in the cgroup; without it nothing of the student ran."""
-        try:
-            if status is None:
-                ok = _read_all(status_r, timeout_s=10.0, limit=3) == b"ok\n"
-            else:
-                os.set_blocking(status_r, False)
-                try:
-                    ok = os.read(status_r, 3) == b"ok\n"
-                except BlockingIOError:
-                    ok = False
-        finally:
-            os.close(status_r)
-        if not ok:
-            raise SandboxError(f"sandbox {self.id}: could not place a command in its cgroup (exit {proc.poll()})")
+    def _check_entered(self, proc: subprocess.Popen) -> None:
+        """Consume the enter script's "ok" from stderr; without it nothing of the student ran."""
+        assert proc.stderr is not None
+        got = _read_all(proc.stderr.fileno(), timeout_s=10.0, limit=3)
+        if got != b"ok\n":
+            rest = got + (_read_all(proc.stderr.fileno(), timeout_s=1.0, limit=4096) if proc.poll() is not None else b"")
+            proc.kill()
+            proc.wait()
+            self._children.remove(proc)
+            raise SandboxError(f"sandbox {self.id}: could not start a command in its cgroup: {rest.decode(errors='replace').strip()!r}")
 
     def _kill_group(self, group: str) -> None:
         """Freeze, kill and thaw one command's cgroup until it is empty."""

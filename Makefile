@@ -1,0 +1,13 @@
+.PHONY: setup demo test bench
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@.venv/bin/proctor demo
+
+test: setup
+	@.venv/bin/python -m pytest -q
+
+bench: setup
+	@.venv/bin/python bench/sandbox.py

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Sets up what is missing, and nothing else: system packages (bubblewrap, util-linux, a system
+# Python for the student runtime), the harness's virtual environment in .venv, and the student's
+# Python runtime in /opt/proctor/student-runtime. Idempotent; safe to run before every command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(uname -s)" != Linux ]; then
+    echo "setup: Proctor's sandbox needs Linux (namespaces and cgroups); this is $(uname -s)" >&2
+    exit 1
+fi
+if [ "$(id -u)" != 0 ]; then
+    echo "setup: run as root (the harness creates cgroups, mounts and a uid per student)" >&2
+    exit 1
+fi
+
+need=()
+command -v bwrap >/dev/null || need+=(bubblewrap)
+command -v setpriv >/dev/null && command -v nsenter >/dev/null || need+=(util-linux)
+[ -x /usr/bin/python3 ] || need+=(python3)
+/usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "setup: installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# The harness's own environment: graders and reference solutions live here, so it is never
+# mounted into a sandbox.
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    PY=/usr/bin/python3
+fi
+stamp=.venv/.proctor-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    [ -x .venv/bin/python ] || "$PY" -m venv .venv
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+    touch "$stamp"
+fi
+
+# The student's runtime: built from the system interpreter (under /usr, which the sandbox shows
+# read-only), owned by root, writable by nobody else.
+RUNTIME=${PROCTOR_STUDENT_RUNTIME:-/opt/proctor/student-runtime}
+rstamp="$RUNTIME/.proctor-installed"
+if [ ! -f "$rstamp" ] || [ runtime-requirements.txt -nt "$rstamp" ]; then
+    mkdir -p "$(dirname "$RUNTIME")"
+    [ -x "$RUNTIME/bin/python" ] || /usr/bin/python3 -m venv "$RUNTIME"
+    if grep -qvE '^\s*(#|$)' runtime-requirements.txt; then
+        "$RUNTIME/bin/python" -m pip install -q --disable-pip-version-check -r runtime-requirements.txt
+    fi
+    chown -R root:root "$RUNTIME"
+    chmod -R go-w "$RUNTIME"
+    touch "$rstamp"
+fi

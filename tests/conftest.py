@@ -1,0 +1,79 @@
+"""Fixtures that refuse to start an attack unless the sandbox has just been proven to confine it.
+
+Attack tests are destructive (fork bombs, memory hogs, disk fills). Each sandbox a test gets has
+been checked from outside first: the student runs as its leased uid (not root), and the kernel
+holds the limits the test asked for. If that check fails the whole run stops, because a broken
+sandbox would take the machine down with it. Tests never skip under CI=true."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _require_root() -> None:
+    if sys.platform.startswith("linux") and os.geteuid() == 0:
+        return
+    message = "sandbox tests need Linux and root (run `make test` as root)"
+    if IN_CI:
+        pytest.fail(message + "; in CI a skip would hide a missing defence", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def confinement():
+    _require_root()
+    from proctor.sandbox import DEFAULT_REQUIRED, machine_confinement
+
+    report = machine_confinement()
+    lacking = [p for p in report.protections if p.name in DEFAULT_REQUIRED and p.status != "enforced"]
+    if not report.ok or lacking:
+        pytest.exit(f"confinement probe failed ({[p.model_dump() for p in report.protections if p.status != 'enforced']}); refusing to run attacks", returncode=3)
+    return report
+
+
+def _prove_confined(box) -> None:
+    """Check from outside that this sandbox confines: uid dropped, limits in force."""
+    from proctor.sandbox.cgroups import _read
+
+    res = box.run(["/usr/bin/id", "-u"], timeout=10)
+    uid = res.text.strip()
+    if uid != str(box.uid) or uid == "0":
+        pytest.exit(f"sandbox runs as uid {uid!r}, not its leased uid {box.uid}; refusing to run attacks", returncode=3)
+    cg, limits = box._cg, box.spec.limits
+    v2 = cg.layout.version == 2
+    mem = _read(cg.dir("memory") / ("memory.max" if v2 else "memory.limit_in_bytes")).strip()
+    pids = _read(cg.dir("pids") / "pids.max").strip()
+    if mem != str(limits.memory_bytes) or pids != str(limits.pids):
+        pytest.exit(f"sandbox limits not in force (memory {mem}, pids {pids}); refusing to run attacks", returncode=3)
+
+
+@pytest.fixture
+def make_sandbox(confinement) -> Iterator[Callable[..., object]]:
+    """make_sandbox(spec=None, **limit_overrides) -> a proven, live Sandbox, closed after the test."""
+    from proctor.sandbox import Sandbox, SandboxLimits, SandboxSpec
+
+    boxes = []
+
+    def make(spec: SandboxSpec | None = None, **limits):
+        spec = spec or SandboxSpec()
+        if limits:
+            spec = spec.model_copy(update={"limits": SandboxLimits(**{**spec.limits.model_dump(), **limits})})
+        box = Sandbox.create(spec)
+        boxes.append(box)
+        _prove_confined(box)
+        return box
+
+    yield make
+    for box in boxes:
+        box.close()
+
+
+@pytest.fixture
+def sandbox(make_sandbox):
+    return make_sandbox()

@@ -1,0 +1,213 @@
+"""What the student can see and reach: only its allowlisted view, its own processes, loopback."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import stat
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from proctor.errors import ConfigError
+from proctor.sandbox import Device, Endpoint, Mount, NetworkPolicy, SandboxSpec
+from proctor.sandbox.uids import UID_BASE, UID_COUNT
+
+PY = "/usr/bin/python3"
+CONNECT = (
+    "import socket, sys\n"
+    "for target in sys.argv[1:]:\n"
+    "    host, port = target.rsplit(':', 1)\n"
+    "    s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)\n"
+    "    s.settimeout(3)\n"
+    "    print(target, s.connect_ex((host, int(port))))\n"
+)
+
+
+@pytest.fixture
+def host_server():
+    """A service on the host's loopback that the student must not reach."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        yield srv.getsockname()[1]
+
+
+def connect_results(box, *targets: str) -> dict[str, int]:
+    res = box.run([PY, "-c", CONNECT, *targets], timeout=30)
+    return {t: int(code) for t, code in (line.split() for line in res.text.splitlines())}
+
+
+def test_host_processes_are_invisible(sandbox):
+    res = sandbox.run("ls -d /proc/[0-9]* | wc -l; test -e /proc/%d && echo harness-visible" % os.getpid())
+    assert int(res.text.split()[0]) < 10
+    assert "harness-visible" not in res.text
+
+
+def test_hidden_host_paths_are_absent(sandbox, tmp_path):
+    secret = Path("/tmp/proctor-test-secret")
+    secret.write_text("answer key")
+    try:
+        paths = ["/root", "/home", "/work", "/run", "/var", "/srv", "/sys", "/opt/proctor/student-runtime-not",
+                 str(secret), sys.prefix, str(Path(__file__).resolve().parent), "/etc/shadow", "/etc/ssh",
+                 "/run/proctor", "/dev/vda", "/dev/mem", "/dev/kmsg", "/dev/loop-control"]
+        res = sandbox.run(["/bin/sh", "-c", 'for p; do test -e "$p" && echo "VISIBLE $p"; done; true', "sh", *paths])
+        assert "VISIBLE" not in res.text, res.text
+    finally:
+        secret.unlink()
+
+
+def test_the_student_runs_as_its_own_unprivileged_uid_without_groups_or_capabilities(make_sandbox):
+    a, b = make_sandbox(), make_sandbox()
+    assert a.uid != b.uid
+    for box in (a, b):
+        assert UID_BASE <= box.uid < UID_BASE + UID_COUNT
+        res = box.run("id -u; id -G; grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs)' /proc/self/status")
+        lines = res.text.split("\n")
+        assert lines[0] == str(box.uid) and lines[1] == str(box.uid)
+        assert "CapEff:\t0000000000000000" in res.text and "CapBnd:\t0000000000000000" in res.text
+        assert "NoNewPrivs:\t1" in res.text
+
+
+def test_the_harness_cannot_be_signalled(sandbox):
+    res = sandbox.run(f"kill -9 {os.getpid()} 2>&1; kill -9 1 2>&1; kill -9 -1 2>&1; echo done")
+    assert "done" in res.text
+    assert subprocess_ok()
+    # The anchor (pid 1 inside) survived too: the namespace still works.
+    assert sandbox.run("echo alive").text == "alive\n"
+
+
+def subprocess_ok() -> bool:
+    import subprocess
+
+    return subprocess.run(["/bin/true"]).returncode == 0
+
+
+def test_a_setuid_root_binary_gives_nothing(make_sandbox, tmp_path):
+    tools = tmp_path / "suid"
+    tools.mkdir()
+    shutil.copy("/usr/bin/id", tools / "id")
+    os.chmod(tools / "id", 0o4755)  # setuid root
+    os.chmod(tmp_path, 0o755)
+    box = make_sandbox(SandboxSpec(mounts=(Mount(source=str(tools), target="/tools"),)))
+    res = box.run("/tools/id -u; /tools/id -ru; su -c id root 2>&1 | tail -1")
+    assert res.text.split("\n")[0] == str(box.uid)  # effective uid stays the student's
+    assert "uid=0" not in res.text
+
+
+def test_one_sandbox_cannot_see_or_signal_another(make_sandbox):
+    a, b = make_sandbox(), make_sandbox()
+    victim = b.spawn(["/bin/sleep", "1000"])
+    host_pid = victim.pids()[-1]
+    res = a.run(f"kill -9 {host_pid} 2>&1; ls /proc | grep -c '^[0-9]'; ipcmk -M 4096 >/dev/null; ipcs -m | grep -c 0x")
+    assert victim.alive()
+    assert b.run("ipcs -m | grep -c 0x || true").text.strip() == "0"
+    victim.kill_tree()
+
+
+def test_no_connection_leaves_the_namespace(make_sandbox, host_server):
+    a, b = make_sandbox(), make_sandbox()
+    # No route at all: connect() fails locally with ENETUNREACH before any packet exists.
+    assert a.run("cat /proc/net/route | wc -l").text.strip() == "1"
+    peer = b.spawn([PY, "-c", "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 47001)); s.listen(); time.sleep(60)"])
+    b.run("sleep 0.3")
+    got = connect_results(a, f"127.0.0.1:{host_server}", "127.0.0.1:47001", "192.0.2.1:80", "169.254.169.254:80", "[::1]:22")
+    assert got[f"127.0.0.1:{host_server}"] == errno.ECONNREFUSED  # host loopback is not our loopback
+    assert got["127.0.0.1:47001"] == errno.ECONNREFUSED  # another sandbox's loopback neither
+    assert got["192.0.2.1:80"] == errno.ENETUNREACH
+    assert got["169.254.169.254:80"] == errno.ENETUNREACH
+    peer.kill_tree()
+
+
+def test_an_allowlisted_endpoint_is_reachable_and_nothing_else(make_sandbox, host_server):
+    with socket.socket() as other:  # allowed service
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+
+        def serve():
+            conn, _ = other.accept()
+            conn.sendall(b"hello from the proxy\n")
+            conn.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        box = make_sandbox(SandboxSpec(network=NetworkPolicy(allow=(Endpoint(host="127.0.0.1", port=port, local_port=18080),))))
+        res = box.run([PY, "-c", "import socket; s=socket.create_connection(('127.0.0.1', 18080), 5); print(s.recv(100).decode())"], timeout=20)
+        assert "hello from the proxy" in res.text, res
+        got = connect_results(box, f"127.0.0.1:{host_server}", "192.0.2.1:80")
+        assert got == {f"127.0.0.1:{host_server}": errno.ECONNREFUSED, "192.0.2.1:80": errno.ENETUNREACH}
+
+
+def test_blocked_connection_attempts_are_counted(sandbox):
+    from proctor.sandbox.network import net_counters
+
+    connect_results(sandbox, "192.0.2.1:80", "192.0.2.2:443")
+    assert net_counters(sandbox._anchor_pid)["Ip.OutNoRoutes"] >= 2
+
+
+def test_harness_secrets_do_not_reach_the_student(sandbox, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("LD_PRELOAD", "/tmp/evil.so")
+    monkeypatch.setenv("PYTHONPATH", "/tmp/evil")
+    res = sandbox.run("env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'")
+    assert "sk-test-secret" not in res.text and "LD_PRELOAD" not in res.text and "PYTHONPATH" not in res.text
+    path = next(line for line in res.text.splitlines() if line.startswith("PATH="))
+    for d in path[5:].split(":"):
+        st = os.stat(d)
+        assert st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PATH", "BASH_ENV"])
+def test_a_task_cannot_give_students_code_loading_variables(name):
+    with pytest.raises(ValidationError, match=name):
+        SandboxSpec(env={name: "/x"})
+
+
+def test_a_runtime_writable_by_others_is_refused(make_sandbox, tmp_path):
+    runtime = tmp_path / "runtime"
+    (runtime / "bin").mkdir(parents=True)
+    os.chmod(runtime / "bin", 0o777)
+    with pytest.raises(ConfigError, match="root-owned and not writable"):
+        make_sandbox(SandboxSpec(runtime=str(runtime)))
+
+
+def test_task_data_is_read_only_and_declared_mounts_are_honoured(make_sandbox, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "orders.csv").write_text("id,amount\n1,5\n")
+    extra = tmp_path / "scratch"
+    extra.mkdir()
+    os.chmod(extra, 0o777)
+    for d in (tmp_path,):
+        os.chmod(d, 0o755)
+    box = make_sandbox(SandboxSpec(data_dir=str(data), mounts=(Mount(source=str(extra), target="/scratch", writable=True),)))
+    res = box.run("cat /data/orders.csv; echo x > /data/new 2>&1; echo ok > /scratch/out && echo wrote")
+    assert "1,5" in res.text and "wrote" in res.text
+    assert "Read-only file system" in res.text + res.stderr.decode()
+    assert (extra / "out").read_text() == "ok\n"
+
+
+def test_a_requested_device_node_is_passed_through_and_others_are_absent(make_sandbox):
+    node = Path("/dev/proctor-test-null")
+    node.unlink(missing_ok=True)
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    os.chmod(node, 0o666)
+    try:
+        box = make_sandbox(SandboxSpec(devices=(Device(path=str(node)),)))
+        res = box.run(f"echo hi > {node} && echo passed; ls /dev")
+        assert "passed" in res.text
+        listed = set(res.text.split()) - {"passed"}
+        assert listed <= {"console", "core", "fd", "full", "mqueue", "null", "ptmx", "pts", "random", "shm",
+                          "stderr", "stdin", "stdout", "tty", "urandom", "zero", "proctor-test-null"}, listed
+    finally:
+        node.unlink()
+
+
+def test_a_missing_device_gives_a_clear_error(make_sandbox):
+    with pytest.raises(ConfigError, match="/dev/nvidia-none.*does not exist"):
+        make_sandbox(SandboxSpec(devices=(Device(path="/dev/nvidia-none"),)))

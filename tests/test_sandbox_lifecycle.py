@@ -1,0 +1,137 @@
+"""Creation, execution, teardown and reclaim leave the host exactly as they found it."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from proctor.errors import ConfinementError
+from proctor.sandbox import DEFAULT_REQUIRED, Protection, Sandbox, SandboxSpec, confinement, procfs, reclaim_stale, tmpfs
+from proctor.sandbox.cgroups import layout
+from proctor.sandbox.host import STATE_DIR
+from proctor.sandbox.uids import uid_in_range
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def host_snapshot() -> dict[str, object]:
+    """What a sandbox could leak: cgroups, mounts, processes of sandbox uids, state files."""
+    cgroups = sorted(str(p) for root in layout().roots() if root.exists() for p in root.iterdir() if p.is_dir())
+    mounts = [str(p) for p in tmpfs.mounts_under(STATE_DIR)]
+    procs = sorted(p for p in procfs.pids() if (ids := procfs.uids_of(p)) and any(uid_in_range(u) for u in ids))
+    files = sorted(str(p) for p in STATE_DIR.rglob("*") if p.is_file() or p.is_dir())
+    loops = sorted(Path("/sys/block").glob("loop*/loop/backing_file"))
+    return {"cgroups": cgroups, "mounts": mounts, "processes": procs, "files": files, "loops": [str(p) for p in loops]}
+
+
+def test_teardown_leaves_nothing_behind(confinement):
+    before = host_snapshot()
+    box = Sandbox.create()
+    box.run("setsid sleep 1000 & echo x > /workdir/f; sleep 1000 & dd if=/dev/zero of=/dev/shm/x bs=1k count=10")
+    box.close()
+    assert host_snapshot() == before
+
+
+HARNESS = """
+import sys, time
+from proctor.sandbox import Sandbox
+box = Sandbox.create()
+box.run("setsid sh -c 'sleep 1000 & sleep 1000' >/dev/null 2>&1 & echo x > /workdir/answer.txt")
+box.spawn(["/bin/sh", "-c", "sleep 1000"])
+print(box.id, box.uid, flush=True)
+time.sleep(1000)
+"""
+
+
+def test_a_killed_harness_leaks_nothing_permanent_after_reclaim(confinement):
+    before = host_snapshot()
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    sandbox_id, uid = harness.stdout.readline().split()
+    harness.send_signal(signal.SIGKILL)
+    harness.wait()
+    time.sleep(0.2)
+    crashed = host_snapshot()
+    assert crashed != before, "the crash should have left state behind"
+    reclaimed = reclaim_stale()
+    assert sandbox_id in reclaimed
+    assert host_snapshot() == before
+    assert procfs.pids_of_uid(int(uid)) == []
+
+
+def test_reclaim_leaves_live_sandboxes_alone(sandbox):
+    sandbox.run("sleep 1000 &")
+    assert sandbox.id not in reclaim_stale()
+    assert sandbox.run("echo alive").text == "alive\n"
+
+
+def test_without_root_the_error_says_what_is_needed(confinement):
+    code = "from proctor.sandbox import Sandbox\nSandbox.create()"
+    res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
+                         capture_output=True, text=True, cwd="/", env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode != 0
+    assert "SandboxUnavailable: Proctor sandboxes need root" in res.stderr
+
+
+def test_check_confinement_without_root_is_a_one_line_error(confinement):
+    proctor = Path(sys.executable).parent / "proctor"
+    res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(proctor), "check", "confinement"],
+                         capture_output=True, text=True, cwd="/")
+    assert res.returncode == 2
+    assert "need root" in res.stdout and "Traceback" not in res.stdout + res.stderr
+
+
+def test_check_confinement_reports_every_default_protection_enforced(confinement):
+    proctor = Path(sys.executable).parent / "proctor"
+    res = subprocess.run([str(proctor), "check", "confinement", "--json"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(res.stdout)
+    statuses = {p["name"]: p["status"] for p in report["protections"]}
+    assert report["ok"] and report["missing"] == []
+    assert {statuses[name] for name in DEFAULT_REQUIRED} == {"enforced"}
+
+
+def test_a_protection_the_machine_lacks_refuses_the_sandbox_unless_opted_out(monkeypatch, confinement):
+    weakened = confinement.model_copy(update={"protections": tuple(
+        p if p.name != "memory_limit" else Protection(name="memory_limit", status="missing", mechanism="none", detail="no memory controller")
+        for p in confinement.protections
+    )})
+    monkeypatch.setattr(confinement_module(), "machine_confinement", lambda: weakened)
+    with pytest.raises(ConfinementError, match="memory_limit"):
+        Sandbox.create()
+    with Sandbox.create(allow_degraded=True) as box:
+        assert box.degraded_ok
+        assert box.confinement.get("memory_limit").status == "missing"
+
+
+def confinement_module():
+    import proctor.sandbox.confinement as module
+
+    return module
+
+
+def test_output_is_capped_in_memory_however_much_is_printed(sandbox):
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    res = sandbox.run("head -c 300000000 /dev/zero", output_cap=64 * 1024, timeout=60)
+    assert len(res.stdout) == 64 * 1024
+    assert res.stdout_dropped == 300_000_000 - 64 * 1024
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before < 50_000  # KiB
+
+
+def test_stdin_exit_status_and_signals_are_reported(sandbox):
+    assert sandbox.run(["/bin/cat"], input=b"x" * 200_000).stdout == b"x" * 200_000
+    assert sandbox.run("exit 7").exit_code == 7
+    killed = sandbox.run("kill -TERM $$")
+    assert killed.exit_code is None and killed.signal == signal.SIGTERM
+    assert sandbox.run("echo err >&2").stderr == b"err\n"
+
+
+def test_commands_run_in_the_workdir_as_home(sandbox):
+    assert sandbox.run("pwd; echo $HOME").text == "/workdir\n/workdir\n"

@@ -1,0 +1,82 @@
+"""kill_all leaves zero student processes, proven by the cgroup, the PID namespace and the uid."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from proctor.sandbox import procfs
+from proctor.sandbox.reaper import reap_until_empty
+
+PY = "/usr/bin/python3"
+
+ATTACKS = {
+    "fork_and_die_chain": [PY, "-c", "import os\nwhile True:\n    if os.fork(): os._exit(0)\n"],
+    "double_forked_setsid_daemons": ["/bin/sh", "-c", "for i in 1 2 3 4 5; do setsid sh -c 'sleep 1000 & sleep 1000' & done; sleep 1000"],
+    "stopped_processes": ["/bin/sh", "-c", "for i in 1 2 3; do sleep 1000 & kill -STOP $!; done; kill -STOP $$"],
+    "mutual_sigcont_ring": [PY, "-c", (
+        "import os, signal, time\n"
+        "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
+        "r, w = os.pipe(); pids = []\n"
+        "for i in range(4):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        os.read(r, 1)\n"
+        "        peers = [int(x) for x in open('/tmp/ring').read().split()]\n"
+        "        while True:\n"
+        "            for p in peers:\n"
+        "                try: os.kill(p, signal.SIGCONT)\n"
+        "                except OSError: pass\n"
+        "    pids.append(pid)\n"
+        "open('/tmp/ring', 'w').write(' '.join(map(str, pids)))\n"
+        "os.write(w, b'xxxx'); time.sleep(1000)\n"
+    )],
+    "fork_storm_at_the_pids_limit": ["/bin/bash", "-c", "f() { while :; do f & done; }; f"],
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_every_reaping_case_ends_with_zero_processes(make_sandbox, attack):
+    box = make_sandbox(pids=128)
+    box.spawn(ATTACKS[attack])
+    time.sleep(0.5)
+    assert len(box._cg.pids()) > 2, "the attack did not start"
+    report = box.kill_all(deadline_s=10)
+    assert report.empty, report
+    assert report.duration_s < 10
+    assert box._cg.pids() == []
+    assert [p for p in procfs.pids_of_uid(box.uid) if not procfs.is_zombie(p)] == []
+    # The sandbox is usable again and the workdir survived.
+    assert box.run("echo again").text == "again\n"
+
+
+def test_a_timeout_kills_the_whole_tree_the_command_started(sandbox):
+    res = sandbox.run("sleep 1000 & setsid sleep 1000 & (sleep 1000 &); echo started; sleep 1000", timeout=1)
+    assert res.timed_out and "started" in res.text
+    user_procs = [p for p in procfs.pids_of_uid(sandbox.uid) if not procfs.is_zombie(p)]
+    assert user_procs == []
+
+
+def test_a_command_that_finishes_keeps_its_background_jobs_until_kill_all(sandbox):
+    sandbox.run("setsid sleep 1000 >/dev/null 2>&1 &")
+    assert len(procfs.pids_of_uid(sandbox.uid)) == 1
+    assert sandbox.kill_all().empty
+    assert procfs.pids_of_uid(sandbox.uid) == []
+
+
+def test_files_survive_kill_all_but_processes_do_not(sandbox):
+    sandbox.run("echo 41 > /workdir/answer.txt; echo tmp > /tmp/t; sleep 1000 &")
+    assert sandbox.kill_all().empty
+    assert sandbox.run("cat /workdir/answer.txt /tmp/t").text == "41\ntmp\n"
+
+
+def test_kill_all_says_so_when_it_cannot_prove_the_sandbox_empty():
+    never_gone = [2**22 + 12345]  # a pid a witness keeps reporting
+    report = reap_until_empty(
+        freeze=lambda: None, thaw=lambda: None, cgroup_pids=lambda: never_gone, uid=2**31 - 7,
+        pidns=None, reap_children=lambda: None, deadline_s=0.3,
+    )
+    assert not report.empty
+    assert report.remaining == tuple(never_gone)
+    assert "still alive" in report.detail
