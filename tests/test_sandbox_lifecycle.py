@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from proctor.errors import ConfinementError
-from proctor.sandbox import DEFAULT_REQUIRED, Protection, Sandbox, SandboxSpec, confinement, procfs, reclaim_stale, tmpfs
+from proctor.sandbox import DEFAULT_REQUIRED, Protection, Sandbox, procfs, reclaim_stale, tmpfs
 from proctor.sandbox.cgroups import layout
 from proctor.sandbox.host import STATE_DIR
 from proctor.sandbox.uids import uid_in_range
