@@ -124,3 +124,24 @@ def test_two_sandboxes_hogging_cpu_leave_the_harness_responsive(make_sandbox):
     finally:
         for h in hogs:
             h.kill_tree()
+
+
+def test_all_sandboxes_together_leave_the_harness_headroom(make_sandbox, monkeypatch):
+    from proctor.sandbox import cgroups
+
+    lay = cgroups.layout()
+    top_memory = lay.mounts["memory"] / cgroups.ROOT_NAME / ("memory.max" if lay.version == 2 else "memory.limit_in_bytes")
+    make_sandbox()
+    assert int(cgroups._read(top_memory)) <= cgroups._host_memory_bytes() - 512 * MiB
+    # Shrink the shared budget to see the kernel hold it: a task asking for 1 GiB gets 200 MiB.
+    budget = cgroups.harness_headroom()
+    monkeypatch.setattr(cgroups, "harness_headroom", lambda: (200 * MiB, budget[1]))
+    try:
+        box = make_sandbox(memory_bytes=1024 * MiB)
+        res = box.run([PY, "-c", "x = bytearray(600 * 1024**2); print('took it')"], timeout=60)
+        assert "took it" not in res.text and res.signal == 9
+        assert subprocess.run(["/bin/true"]).returncode == 0
+    finally:
+        monkeypatch.undo()
+        make_sandbox()  # writes the real budget back
+    assert abs(int(cgroups._read(top_memory)) - budget[0]) < 4096  # the kernel rounds to pages

@@ -53,6 +53,23 @@ def _procs(directory: Path) -> list[int]:
     return found
 
 
+def _host_memory_bytes() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise SandboxError("cannot read MemTotal from /proc/meminfo")
+
+
+def harness_headroom() -> tuple[int, int]:
+    """(memory bytes, CPU quota in microseconds per period) that all sandboxes together may use.
+    The rest is the harness's: however many sandboxes run and whatever they do, it keeps at least
+    a tenth of memory (512 MiB or more) and a quarter of a core."""
+    total = _host_memory_bytes()
+    memory = total - max(512 * 1024 * 1024, total // 10)
+    cpus = os.cpu_count() or 1
+    return memory, max(CPU_PERIOD_US // 2, int((cpus - 0.25) * CPU_PERIOD_US))
+
+
 def _rmdir_tree(directory: Path, timeout_s: float = 2.0) -> None:
     """Remove a cgroup and its children, bottom-up. rmdir fails with EBUSY while the kernel
     still counts an exiting task, so retry briefly."""
@@ -149,6 +166,11 @@ class SandboxCgroup:
     def _create_v1(self, limits: SandboxLimits) -> None:
         for root in self.layout.roots():
             root.mkdir(mode=0o755, exist_ok=True)
+        memory, cpu_quota = harness_headroom()
+        top_mem, top_cpu = self.layout.mounts["memory"] / ROOT_NAME, self.layout.mounts["cpu"] / ROOT_NAME
+        _write(top_mem / "memory.limit_in_bytes", str(memory))
+        _write(top_cpu / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+        _write(top_cpu / "cpu.cfs_quota_us", str(cpu_quota))
         for d in self.dirs():
             d.mkdir(mode=0o755)
         mem = self.dir("memory")
@@ -176,6 +198,9 @@ class SandboxCgroup:
         for parent in (root, top):
             if not set(V2_CONTROLLERS) <= set(_read(parent / "cgroup.subtree_control").split()):
                 _write(parent / "cgroup.subtree_control", enable)
+        memory, cpu_quota = harness_headroom()
+        _write(top / "memory.max", str(memory))
+        _write(top / "cpu.max", f"{cpu_quota} {CPU_PERIOD_US}")
         d = self.dir("memory")
         d.mkdir(mode=0o755)
         _write(d / "memory.max", str(limits.memory_bytes))
