@@ -15,7 +15,6 @@ Needs what the sandbox needs: Linux, root, bubblewrap, cgroups (`make setup`).""
 from __future__ import annotations
 
 import argparse
-import fcntl
 import gc
 import json
 import os
@@ -227,36 +226,19 @@ def cgroup_memory(d: Path) -> dict[str, int]:
     }
 
 
-def enter_shell_handles_high_fds() -> bool:
-    """Whether the shell that runs proctor's enter script can redirect to fd 12. dash (Debian's
-    /bin/sh) cannot name an fd above 9, so once a process holds enough descriptors that the
-    status pipe lands at fd 10 or more, no new session can start ("Bad fd number")."""
-    r, w = os.pipe()
-    try:
-        fd = fcntl.fcntl(w, fcntl.F_DUPFD_CLOEXEC, 12)
+def pss(pids: list[int]) -> int:
+    """Proportional set size of these processes (shared pages split among their users)."""
+    total = 0
+    for pid in pids:
         try:
-            rc = subprocess.run([binaries()["sh"], "-c", f"echo ok >&{fd}"], pass_fds=(fd,),
-                                stderr=subprocess.DEVNULL).returncode
-        finally:
-            os.close(fd)
-    finally:
-        os.close(r)
-        os.close(w)
-    return rc == 0
-
-
-def move_fds_high(box: Sandbox) -> None:
-    """Work around the above for the many-sandboxes figure: move the two descriptors a live
-    sandbox holds (its lock and its uid lease, both flocks, which follow the open file) above 255,
-    so the pipes opened for the next session start below 10 again."""
-    new = fcntl.fcntl(box._lock_fd, fcntl.F_DUPFD_CLOEXEC, 256)
-    os.close(box._lock_fd)
-    box._lock_fd = new
-    lease = box._lease
-    assert lease is not None
-    new = fcntl.fcntl(lease._fd, fcntl.F_DUPFD_CLOEXEC, 256)
-    os.close(lease._fd)
-    lease._fd = new
+            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("Pss:"):
+                total += int(line.split()[1]) * 1024
+                break
+    return total
 
 
 def _settle() -> None:
@@ -264,7 +246,7 @@ def _settle() -> None:
     time.sleep(0.3)
 
 
-def mem_round_sandboxes(count: int, workaround: bool) -> dict[str, float]:
+def mem_round_sandboxes(count: int) -> dict[str, float]:
     boxes: list[Sandbox] = []
     try:
         _settle()
@@ -272,14 +254,14 @@ def mem_round_sandboxes(count: int, workaround: bool) -> dict[str, float]:
         for _ in range(count):
             box = Sandbox.create()
             boxes.append(box)
-            if workaround:
-                move_fds_high(box)
             if not box.run(["true"]).ok:
                 raise SystemExit("`true` failed in a fresh sandbox")
         time.sleep(1.0)  # idle
         avail1, rss1 = mem_available(), self_rss()
         per = [cgroup_memory(b._cg.dir("memory")) for b in boxes]
-        procs = [len(b._cg.pids()) for b in boxes]
+        pids = [b._cg.pids() for b in boxes]
+        procs = [len(p) for p in pids]
+        pss_each = [pss(p) for p in pids]
     finally:
         for box in boxes:
             box.close()
@@ -290,6 +272,7 @@ def mem_round_sandboxes(count: int, workaround: bool) -> dict[str, float]:
         "cgroup_anon": statistics.mean(p["anon"] for p in per),
         "cgroup_file": statistics.mean(p["file"] for p in per),
         "cgroup_kernel": statistics.mean(p["kernel"] for p in per),
+        "pss": statistics.mean(pss_each),
         "processes": statistics.mean(procs),
     }
 
@@ -314,6 +297,7 @@ def mem_round_sleeps(count: int) -> dict[str, float]:
         if alive != count:
             raise SystemExit(f"only {alive} of {count} baseline sleeps are alive")
         usage = cgroup_memory(d)
+        pss_all = pss([p.pid for p in procs])
     finally:
         for p in procs:
             try:
@@ -336,6 +320,7 @@ def mem_round_sleeps(count: int) -> dict[str, float]:
         "cgroup_anon": usage["anon"] / count,
         "cgroup_file": usage["file"] / count,
         "cgroup_kernel": usage["kernel"] / count,
+        "pss": pss_all / count,
         "processes": 1.0,
     }
 
@@ -343,25 +328,24 @@ def mem_round_sleeps(count: int) -> dict[str, float]:
 def bench_memory(count: int, rounds: int) -> dict:
     base: list[dict[str, float]] = []
     boxes: list[dict[str, float]] = []
-    workaround = not enter_shell_handles_high_fds()
     for i in range(rounds):  # alternate which goes first
         if i % 2:
-            boxes.append(mem_round_sandboxes(count, workaround))
+            boxes.append(mem_round_sandboxes(count))
             base.append(mem_round_sleeps(count))
         else:
             base.append(mem_round_sleeps(count))
-            boxes.append(mem_round_sandboxes(count, workaround))
+            boxes.append(mem_round_sandboxes(count))
     keys = base[0].keys()
     b = {k: statistics.median(r[k] for r in base) for k in keys}
     s = {k: statistics.median(r[k] for r in boxes) for k in keys}
     return {
         "count": count,
         "rounds": rounds,
-        "fd_workaround": workaround,
         "baseline": b,
         "sandbox": s,
         "ratio_mem_available": ratio(s["mem_available_delta"], b["mem_available_delta"]),
         "ratio_cgroup_usage": ratio(s["cgroup_usage"], b["cgroup_usage"]),
+        "ratio_pss": ratio(s["pss"], b["pss"]),
     }
 
 
@@ -424,21 +408,18 @@ def render(res: dict) -> str:
     lines.append(head)
     lines.append("-" * len(head))
     for key, label in (
-        ("mem_available_delta", "MemAvailable drop / count"),
         ("cgroup_usage", "cgroup memory usage"),
         ("cgroup_anon", "  of which anon (rss)"),
         ("cgroup_file", "  of which file cache"),
         ("cgroup_kernel", "  kernel memory (kmem)"),
+        ("pss", "PSS of its processes"),
         ("harness_rss_delta", "harness RSS growth / count"),
+        ("mem_available_delta", "MemAvailable drop / count (host-wide)"),
     ):
         s, b = mem["sandbox"][key], mem["baseline"][key]
         lines.append(f"   {label:<41}{_kib(s)}{_kib(b)}{_ratio(ratio(s, b)) if b > 0 else '        -':>9}")
     lines.append(f"   {'processes each':<41}{mem['sandbox']['processes']:>10.1f}{mem['baseline']['processes']:>10.1f}")
-    if mem["fd_workaround"]:
-        lines.append(
-            "   note: the enter shell (dash) cannot redirect to fd >= 10, so a process holding many sandboxes\n"
-            "   cannot start their sessions; this run moved each live sandbox's lock/lease fds above 255 to measure."
-        )
+    lines.append("   (MemAvailable moves with everything else on the host: only the cgroup and PSS rows are stable)")
     return "\n".join(lines)
 
 

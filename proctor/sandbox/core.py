@@ -30,7 +30,7 @@ from .environment import student_env, student_path
 from .host import binaries, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
 from .network import NetworkBridge
-from .reaper import reap_until_empty
+from .reaper import become_subreaper, reap_orphans, reap_until_empty
 from .runtime import default_runtime
 from .uids import UidLease, lease_uid
 from .view import Places, bwrap_args, check_trusted_dirs, write_etc
@@ -116,6 +116,7 @@ class Sandbox:
         from .confinement import DEFAULT_REQUIRED, machine_confinement
 
         require_host()
+        become_subreaper()
         spec = spec or SandboxSpec()
         reclaim.reclaim_once()
         report = machine_confinement()
@@ -265,6 +266,8 @@ class Sandbox:
             self._kill_group(group)
         status, rusage = _wait4(proc)
         self._children.remove(proc)
+        if not self._cg.child_pids(group):
+            self._cg.remove_child(group)  # else its background jobs live on in it until kill_all
         code = os.waitstatus_to_exitcode(status)
         return ExecResult(
             argv=tuple(argv),
@@ -312,6 +315,7 @@ class Sandbox:
         for proc in list(self._children):
             if proc.poll() is not None:
                 self._children.remove(proc)
+        reap_orphans(self.uid)
 
     def kill_all(self, deadline_s: float = 5.0) -> KillReport:
         """Kill every process of this sandbox and prove none is left: the cgroups, the PID

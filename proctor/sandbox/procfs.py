@@ -51,3 +51,14 @@ def is_zombie(pid: int) -> bool:
         return True
     # The command name may hold spaces and parentheses: the state follows the last ')'.
     return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] in (b"Z", b"X")
+
+
+def ppid_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"PPid:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None

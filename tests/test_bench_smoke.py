@@ -1,0 +1,63 @@
+"""The sandbox benchmark stays runnable: a quick run finishes and reports every figure."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "sandbox.py"
+
+# Like the sandbox tests: skip on a machine that cannot host a sandbox, but never under CI=true,
+# where a skip would hide a broken benchmark.
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+needs_sandbox_host = pytest.mark.skipif(
+    not IN_CI and (not sys.platform.startswith("linux") or os.geteuid() != 0 or shutil.which("bwrap") is None),
+    reason="the benchmark builds real sandboxes: Linux, root and bubblewrap",
+)
+
+
+def _positive(section: dict, *path: str) -> float:
+    value = section
+    for key in path:
+        value = value[key]
+    assert isinstance(value, (int, float)) and value > 0, f"{'.'.join(path)} = {value!r}"
+    return value
+
+
+@needs_sandbox_host
+def test_the_sandbox_benchmark_runs_and_reports_every_figure() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json"], capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads(proc.stdout)
+
+    life = res["lifecycle"]
+    for part in ("total", "create", "first_command", "close", "baseline"):
+        _positive(life, part, "median")
+        _positive(life, part, "p90")
+    _positive(life, "ratio")
+
+    run = res["run_in_session"]
+    _positive(run, "run", "median")
+    _positive(run, "baseline", "median")
+    _positive(run, "ratio")
+
+    storm = res["kill_all_fork_storm"]
+    _positive(storm, "kill_all", "median")
+    _positive(storm, "baseline", "median")
+    _positive(storm, "ratio")
+    assert min(storm["processes_seen"]) >= 500
+
+    mem = res["idle_memory"]
+    for side in ("sandbox", "baseline"):
+        _positive(mem, side, "cgroup_usage")
+        _positive(mem, side, "pss")
+        _positive(mem, side, "processes")
+    _positive(mem, "ratio_cgroup_usage")
