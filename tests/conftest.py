@@ -74,6 +74,19 @@ def make_sandbox(confinement) -> Iterator[Callable[..., object]]:
         box.close()
 
 
+@pytest.fixture(scope="module")
+def module_sandbox(confinement):
+    """One proven sandbox shared by a module's tests (for tests that only need a live student)."""
+    from proctor.sandbox import Sandbox
+
+    box = Sandbox.create()
+    try:
+        _prove_confined(box)
+        yield box
+    finally:
+        box.close()
+
+
 @pytest.fixture
 def sandbox(make_sandbox):
     return make_sandbox()

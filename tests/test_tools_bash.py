@@ -15,15 +15,8 @@ BASH = BashTool()
 
 
 @pytest.fixture(scope="module")
-def box(confinement):
-    from proctor.sandbox import Sandbox
-
-    box = Sandbox.create()
-    uid = box.run(["/usr/bin/id", "-u"], timeout=10).text.strip()
-    if uid in ("", "0") or uid != str(box.uid):
-        pytest.exit(f"sandbox runs as uid {uid!r}, not its leased uid; refusing to run attacks", returncode=3)
-    yield box
-    box.close()
+def box(module_sandbox):
+    return module_sandbox
 
 
 @pytest.fixture

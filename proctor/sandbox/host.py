@@ -17,6 +17,11 @@ STATE_DIR = Path(os.environ.get("PROCTOR_STATE_DIR", "/run/proctor"))
 SETUP_HINT = "run the README's setup command (`make setup`) as root on Debian/Ubuntu"
 
 
+def root_only(st: os.stat_result) -> bool:
+    """Owned by root and writable by nobody else: safe to trust from a root harness."""
+    return st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
 def _trusted_binary(name: str, candidates: tuple[str, ...]) -> str:
     for candidate in candidates:
         try:
@@ -24,7 +29,7 @@ def _trusted_binary(name: str, candidates: tuple[str, ...]) -> str:
         except FileNotFoundError:
             continue
         # A binary the harness runs as root must not be replaceable by anyone else.
-        if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if not root_only(st):
             raise SandboxUnavailable(f"{candidate} is not owned by root or is writable by others; refusing to run it as root")
         return candidate
     raise SandboxUnavailable(f"{name} not found (looked in {', '.join(candidates)}); {SETUP_HINT}")

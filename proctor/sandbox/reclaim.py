@@ -7,7 +7,6 @@ lease removed."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from . import cgroups, tmpfs
 from .host import state_dir
+from .locks import try_lock
 from .reaper import kill_uid, reap_until_empty
 from .uids import uid_in_range
 
@@ -27,20 +27,8 @@ def _lock_path(sandbox_id: str) -> Path:
     return state_dir("locks") / f"{sandbox_id}.lock"
 
 
-def _try_lock(path: Path) -> int | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
-            return fd
-    except (BlockingIOError, FileNotFoundError):
-        pass
-    os.close(fd)
-    return None
-
-
 def lock_new(sandbox_id: str) -> int:
-    fd = _try_lock(_lock_path(sandbox_id))
+    fd = try_lock(_lock_path(sandbox_id))
     if fd is None:
         raise RuntimeError(f"sandbox id {sandbox_id} is already locked")
     return fd
@@ -68,7 +56,7 @@ def reclaim_stale() -> list[str]:
     """Clean up every sandbox whose owner is gone; return their ids."""
     reclaimed = []
     for sandbox_id in sorted(_known_ids()):
-        fd = _try_lock(_lock_path(sandbox_id))
+        fd = try_lock(_lock_path(sandbox_id))
         if fd is None:
             continue  # a live harness owns it
         try:
@@ -93,7 +81,7 @@ def _reclaim(sandbox_id: str) -> None:
             pidns=None, reap_children=lambda: None, deadline_s=5.0,
         )
         uid_lock = state_dir("uids") / str(uid)
-        fd = _try_lock(uid_lock) if uid_lock.exists() else None
+        fd = try_lock(uid_lock) if uid_lock.exists() else None
         if fd is not None:
             uid_lock.unlink(missing_ok=True)
             os.close(fd)

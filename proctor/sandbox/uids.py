@@ -3,7 +3,6 @@ never hand out the same uid, and a crashed harness's lease frees itself (the ker
 
 from __future__ import annotations
 
-import fcntl
 import os
 import pwd
 import random
@@ -12,6 +11,7 @@ from pathlib import Path
 
 from ..errors import SandboxError
 from .host import state_dir
+from .locks import try_lock
 
 # Far above login uids and typical /etc/subuid ranges (100000 + 65536 per user).
 UID_BASE = 1_500_000_000
@@ -63,25 +63,6 @@ class UidLease:
             self._fd = -1
 
 
-def _try_lock(path: Path) -> int | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    # The previous holder may have unlinked the file between our open and our lock: then we
-    # hold a lock on a dead inode while a third party locks a new file. Only the live inode counts.
-    try:
-        if os.stat(path, follow_symlinks=False).st_ino != os.fstat(fd).st_ino:
-            os.close(fd)
-            return None
-    except FileNotFoundError:
-        os.close(fd)
-        return None
-    return fd
-
-
 def lease_uid() -> UidLease:
     """Lease a uid no other live sandbox holds. Leftover processes of that uid (from a crashed
     harness) are killed before it is handed out."""
@@ -95,7 +76,7 @@ def lease_uid() -> UidLease:
         if _uid_is_foreign(uid, subids):
             continue
         path = directory / str(uid)
-        fd = _try_lock(path)
+        fd = try_lock(path)
         if fd is None:
             continue
         if not kill_uid(uid, deadline_s=2.0):

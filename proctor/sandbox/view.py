@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from .host import root_only
 from .models import SandboxSpec
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
@@ -129,5 +130,5 @@ def check_trusted_dirs(paths: list[str]) -> None:
                 st = os.stat(d)
             except FileNotFoundError:
                 break
-            if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            if not root_only(st):
                 raise ConfigError(f"{d} (on the student PATH via {path}) must be root-owned and not writable by others")
