@@ -11,3 +11,4 @@ test: setup
 
 bench: setup
 	@.venv/bin/python bench/sandbox.py
+	@.venv/bin/python bench/tools_custody.py
