@@ -51,6 +51,11 @@ class ToolResult(BaseModel):
         duration = time.monotonic() - started if started is not None else 0.0
         return cls(output=fields.pop("output", f"[error] {error}"), error=error, duration_s=duration, **fields)
 
+    @classmethod
+    def over_limit(cls, tool: str, argument: str, size: int, limit: int, unit: str = "bytes", hint: str = "") -> ToolResult:
+        """The one-line refusal of an argument above its cap, naming the field, the size and the limit."""
+        return cls.failure(f"{tool}: argument {argument!r} is {size} {unit}, above the limit of {limit}{'; ' + hint if hint else ''}")
+
 
 class ToolConfig(BaseModel):
     """Bounds of every tool. Each is a hard cap: nothing a student does makes the harness hold more."""

@@ -413,8 +413,8 @@ class BashTool(Tool):
     def execute(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
         size = utf8_len("command", args.command)
         if size > ctx.config.max_command_bytes:
-            return ToolResult.failure(f"bash: argument 'command' is {size} bytes, above the limit of "
-                                      f"{ctx.config.max_command_bytes}; write long scripts with write_file and run them")
+            return ToolResult.over_limit("bash", "command", size, ctx.config.max_command_bytes,
+                                         hint="write long scripts with write_file and run them")
         timeout = min(args.timeout or ctx.config.bash_timeout_s, ctx.config.bash_max_timeout_s)
         return session_of(ctx).run(args.command, timeout)
 

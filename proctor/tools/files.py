@@ -178,8 +178,8 @@ class WriteFileTool(Tool):
     def execute(self, args: WriteArgs, ctx: ToolContext) -> ToolResult:
         size = utf8_len("content", args.content)
         if size > ctx.config.write_limit_bytes:
-            return ToolResult.failure(f"write_file: argument 'content' is {size} bytes, above the limit of "
-                                      f"{ctx.config.write_limit_bytes}; write it in parts with bash")
+            return ToolResult.over_limit("write_file", "content", size, ctx.config.write_limit_bytes,
+                                         hint="write it in parts with bash")
         got = run_inside(ctx, _WRITE, {"path": args.path, "content": args.content}, what="write_file")
         if got.error:
             return ToolResult.failure(got.error, timed_out=got.timed_out)
@@ -239,7 +239,7 @@ class StrReplaceTool(Tool):
         for fname in ("old", "new"):
             size = utf8_len(fname, getattr(args, fname))
             if size > cap:
-                return ToolResult.failure(f"str_replace: argument {fname!r} is {size} bytes, above the limit of {cap}")
+                return ToolResult.over_limit("str_replace", fname, size, cap)
         got = run_inside(ctx, _REPLACE, {"path": args.path, "old": args.old, "new": args.new, "cap": cap}, what="str_replace")
         if got.error:
             return ToolResult.failure(got.error, timed_out=got.timed_out)

@@ -22,5 +22,5 @@ class SubmitTool(Tool):
         limit = ctx.config.answer_limit_chars
         if args.answer is not None and len(args.answer) > limit:
             # Not ending the step: the student can resubmit a shorter answer.
-            return ToolResult.failure(f"submit: argument 'answer' is {len(args.answer)} characters, above the limit of {limit}")
+            return ToolResult.over_limit("submit", "answer", len(args.answer), limit, unit="characters")
         return ToolResult(output="submitted", ends_step=True, answer=args.answer)
