@@ -53,7 +53,7 @@ def _attacks(harness_port: int) -> list[tuple[str, str, str, Callable[[ExecResul
          "bomb() { bomb | bomb & }; bomb; sleep 2; echo done",
          lambda r, b: ("contained; harness still starts processes", _harness_ok())),
         ("network-out", "reach the internet, cloud metadata and a host loopback service",
-         f"for a in 1.1.1.1:80 169.254.169.254:80 127.0.0.1:{harness_port}; do "
+         f"for a in 192.0.2.1:80 169.254.169.254:80 127.0.0.1:{harness_port}; do "
          f"{py} \"import socket,sys; h,p=sys.argv[1].split(':'); s=socket.socket(); s.settimeout(2); "
          "print(sys.argv[1], s.connect_ex((h,int(p))))\" $a; done",
          lambda r, b: ("no connection left the namespace", r.text.count(" 0\n") == 0 and r.text.count("\n") == 3)),
