@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from proctor.errors import ProctorError  # noqa: E402
 from proctor.sandbox import Sandbox, SandboxLimits, SandboxSpec  # noqa: E402
 from proctor.sandbox.cgroups import ROOT_NAME, layout  # noqa: E402
-from proctor.sandbox.host import binaries  # noqa: E402
 
 STORM_PROCS = 500
 STORM_SCRIPT = f"for i in $(seq {STORM_PROCS}); do (while :; do sleep 0.01 & wait; done) & done; wait"

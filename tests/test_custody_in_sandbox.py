@@ -4,7 +4,6 @@ harness takes custody exactly as it does at the end of a step."""
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import pytest

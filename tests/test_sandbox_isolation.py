@@ -105,8 +105,10 @@ def test_one_sandbox_cannot_see_or_signal_another(make_sandbox):
     victim = b.spawn(["/bin/sleep", "1000"])
     host_pid = victim.pids()[-1]
     res = a.run(f"kill -9 {host_pid} 2>&1; ls /proc | grep -c '^[0-9]'; ipcmk -M 4096 >/dev/null; ipcs -m | grep -c 0x")
+    assert "No such process" in res.text  # the other sandbox's pid does not exist in this one
+    assert res.text.split()[-1] == "1"  # its own shared memory segment exists...
     assert victim.alive()
-    assert b.run("ipcs -m | grep -c 0x || true").text.strip() == "0"
+    assert b.run("ipcs -m | grep -c 0x || true").text.strip() == "0"  # ...and is invisible next door
     victim.kill_tree()
 
 

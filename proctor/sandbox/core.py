@@ -10,7 +10,6 @@ starts a fresh one, so no student process survives a custody point but the workd
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
