@@ -219,13 +219,19 @@ class SandboxCgroup:
         self.make_child(name)
         return name
 
+    def _children_dir(self) -> Path:
+        """Where the per-command child groups live: the freezer hierarchy on v1, the one on v2."""
+        return self.dir("memory" if self.layout.version == 2 else "freezer")
+
     def make_child(self, name: str) -> None:
-        controller = "memory" if self.layout.version == 2 else "freezer"
-        (self.dir(controller) / name).mkdir(mode=0o755, exist_ok=True)
+        (self._children_dir() / name).mkdir(mode=0o755, exist_ok=True)
+
+    def children(self) -> list[str]:
+        d = self._children_dir()
+        return [p.name for p in d.iterdir() if p.is_dir()] if d.exists() else []
 
     def child_pids(self, name: str) -> list[int]:
-        controller = "memory" if self.layout.version == 2 else "freezer"
-        return _procs(self.dir(controller) / name)
+        return _procs(self._children_dir() / name)
 
     def pids(self) -> list[int]:
         found: set[int] = set()
@@ -234,8 +240,7 @@ class SandboxCgroup:
         return sorted(found)
 
     def remove_child(self, name: str) -> None:
-        controller = "memory" if self.layout.version == 2 else "freezer"
-        _rmdir_tree(self.dir(controller) / name)
+        _rmdir_tree(self._children_dir() / name)
 
     # -- freezing ------------------------------------------------------------------------------
     def freeze(self, child: str | None = None, timeout_s: float = 1.0) -> None:
@@ -244,12 +249,8 @@ class SandboxCgroup:
     def thaw(self, child: str | None = None) -> None:
         self._set_frozen(False, child, 1.0)
 
-    def _freezer_dir(self, child: str | None) -> Path:
-        d = self.dir("memory" if self.layout.version == 2 else "freezer")
-        return d / child if child else d
-
     def _set_frozen(self, frozen: bool, child: str | None, timeout_s: float) -> None:
-        d = self._freezer_dir(child)
+        d = self._children_dir() / child if child else self._children_dir()
         if not d.exists():
             return
         if self.layout.version == 2:

@@ -36,9 +36,8 @@ _cached: ConfinementReport | None = None
 _lock = threading.Lock()
 
 
-def _p(name: str, ok: bool, mechanism: str, detail: str = "", degraded: bool = False) -> Protection:
-    status = "enforced" if ok and not degraded else ("degraded" if ok else "missing")
-    return Protection(name=name, status=status, mechanism=mechanism, detail=detail)
+def _p(name: str, ok: bool, mechanism: str, detail: str = "") -> Protection:
+    return Protection(name=name, status="enforced" if ok else "missing", mechanism=mechanism, detail=detail)
 
 
 def _host_ns(name: str) -> str:

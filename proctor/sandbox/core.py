@@ -15,7 +15,6 @@ import os
 import secrets
 import selectors
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -29,7 +28,7 @@ from .environment import student_env, student_path
 from .host import binaries, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
 from .network import NetworkBridge
-from .reaper import become_subreaper, reap_orphans, reap_until_empty
+from .reaper import become_subreaper, kill_pids, reap_orphans, reap_until_empty
 from .runtime import default_runtime
 from .uids import UidLease, lease_uid
 from .view import Places, bwrap_args, check_trusted_dirs, write_etc
@@ -299,11 +298,7 @@ class Sandbox:
             except TimeoutError:
                 pass
             pids = self._cg.child_pids(group)
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            kill_pids(pids)
             self._cg.thaw(group)
             if not pids or time.monotonic() > end:
                 return
@@ -336,7 +331,7 @@ class Sandbox:
             self._session = None
             self._anchor_pid = None
             self._pidns = None
-            for child in _child_groups(self._cg):
+            for child in self._cg.children():
                 self._cg.remove_child(child)
         return report
 
@@ -380,11 +375,6 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _child_groups(cg: SandboxCgroup) -> list[str]:
-    d = cg._freezer_dir(None)
-    return [p.name for p in d.iterdir() if p.is_dir()] if d.exists() else []
 
 
 def _read_all(fd: int, *, timeout_s: float, limit: int = 65536) -> bytes:

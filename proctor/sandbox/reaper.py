@@ -15,7 +15,8 @@ from . import procfs
 from .models import KillReport
 
 
-def _kill(pids: Iterable[int]) -> int:
+def kill_pids(pids: Iterable[int]) -> int:
+    """SIGKILL each pid; the number that were still there."""
     n = 0
     for pid in pids:
         try:
@@ -60,7 +61,7 @@ def kill_uid(uid: int, deadline_s: float = 5.0) -> bool:
             return True
         if time.monotonic() > end:
             return False
-        _kill(live)
+        kill_pids(live)
         time.sleep(0.005)
 
 
@@ -91,7 +92,7 @@ def reap_until_empty(
         if pidns is not None:
             targets |= set(procfs.pids_in_pidns(pidns))
         targets.discard(os.getpid())
-        killed += _kill(targets)
+        killed += kill_pids(targets)
         thaw()  # frozen tasks only die once thawed
         wait_end = min(end, time.monotonic() + 0.5)
         while time.monotonic() < wait_end:

@@ -16,7 +16,7 @@ from pathlib import Path
 from . import cgroups, tmpfs
 from .host import state_dir
 from .locks import try_lock
-from .reaper import kill_uid, reap_until_empty
+from .reaper import kill_pids, kill_uid, reap_until_empty
 from .uids import uid_in_range
 
 _done = False
@@ -87,11 +87,7 @@ def _reclaim(sandbox_id: str) -> None:
             os.close(fd)
         kill_uid(uid)
     else:
-        for pid in cg.pids():
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+        kill_pids(cg.pids())
     root = state_dir("sandboxes") / sandbox_id
     for point in tmpfs.mounts_under(root):
         tmpfs.unmount(point)
