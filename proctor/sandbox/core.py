@@ -15,6 +15,7 @@ import os
 import secrets
 import selectors
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -337,6 +338,42 @@ class Sandbox:
 
     def usage(self) -> dict[str, int]:
         return self._cg.usage()
+
+    def copy_in(self, source: str | Path, target: str = "") -> int:
+        """Copy a trusted host tree (task files, a custody copy) into /workdir/`target`, owned
+        by the student. Only regular files and directories are copied; a link or special file in
+        the source is an authoring error. Returns the number of files copied."""
+        source = Path(source)
+        dest = self.places.workdir / target if target else self.places.workdir
+        files = 0
+        for root, dirs, names in os.walk(source):
+            rel = Path(root).relative_to(source)
+            here = dest / rel
+            here.mkdir(mode=0o755, exist_ok=True)
+            os.chown(here, self.uid, self.uid)
+            for name in [*dirs, *names]:
+                st = os.lstat(Path(root) / name)
+                if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                    raise SandboxError(f"{Path(root) / name}: only regular files and directories can be copied into a sandbox")
+            for name in names:
+                target_path = here / name
+                shutil.copyfile(Path(root) / name, target_path, follow_symlinks=False)
+                mode = 0o755 if os.stat(Path(root) / name).st_mode & 0o111 else 0o644
+                os.chmod(target_path, mode)
+                os.chown(target_path, self.uid, self.uid)
+                files += 1
+        return files
+
+    def student_processes(self) -> list[tuple[int, str]]:
+        """Live processes running as the student (pid, command line clipped to 200 characters):
+        what is still running when the harness wants the sandbox quiet, e.g. at custody."""
+        found = []
+        for pid in self._cg.pids():
+            ids = procfs.uids_of(pid)
+            if ids is None or self.uid not in ids or procfs.is_zombie(pid):
+                continue
+            found.append((pid, procfs.cmdline_of(pid)))
+        return found
 
     def close(self) -> None:
         """Tear everything down: processes, mounts, cgroups, files, the uid. Safe to call twice."""

@@ -62,3 +62,14 @@ def ppid_of(pid: int) -> int | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     return None
+
+
+def cmdline_of(pid: int, limit: int = 200) -> str:
+    """A process's command line for people to read: NULs as spaces, clipped, never trusted."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read(limit + 1)
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return ""
+    text = raw[:limit].replace(b"\0", b" ").strip().decode("utf-8", errors="replace")
+    return text + ("..." if len(raw) > limit else "")

@@ -85,6 +85,16 @@ class ToolContext:
         self.config = config or ToolConfig()
         self.state: dict[str, Any] = {}
 
+    def own_pids(self) -> set[int]:
+        """Processes that belong to the tools themselves (the bash session's shell), as opposed
+        to anything the student started."""
+        pids: set[int] = set()
+        for value in self.state.values():
+            own = getattr(value, "own_pids", None)
+            if callable(own):
+                pids |= own()
+        return pids
+
     def close(self) -> None:
         for value in list(self.state.values()):
             close = getattr(value, "close", None)

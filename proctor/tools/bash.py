@@ -76,7 +76,7 @@ from dataclasses import dataclass
 
 from pydantic import Field, field_validator
 
-from ..sandbox import Sandbox, StudentProcess
+from ..sandbox import Sandbox, StudentProcess, procfs
 from ..sandbox.capture import HeadTail
 from .base import Arguments, Tool, ToolConfig, ToolContext, ToolResult, no_nul, render_output, utf8_len
 
@@ -139,6 +139,12 @@ class ShellSession:
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.alive()
+
+    def own_pids(self) -> set[int]:
+        """The shell process itself (nsenter's child), not anything the student started from it."""
+        if self._proc is None:
+            return set()
+        return {pid for pid in self._proc.pids() if procfs.ppid_of(pid) == self._proc.pid}
 
     def _start(self) -> None:
         proc = self.sandbox.spawn(["/bin/bash", "--norc", "--noprofile"], cwd="/workdir")
