@@ -17,19 +17,46 @@ _STATUS_STYLE = {"enforced": "green", "degraded": "yellow", "missing": "red"}
 
 
 def _fail(exc: ProctorError) -> None:
-    console.print(f"[red]error:[/red] {exc}", highlight=False)
+    # One line on stderr, never wrapped, so scripts and people can read it whole.
+    typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
     raise typer.Exit(2)
+
+
+def _load(env: str):
+    from .tasks import load_environment
+
+    try:
+        return load_environment(env)
+    except ProctorError as exc:
+        _fail(exc)
 
 
 @app.command()
 def check(
-    target: str = typer.Argument(..., help="`confinement`: probe what this machine enforces."),
+    target: str = typer.Argument(..., help="`confinement` (what this machine enforces), or an environment (directory or module) to load and check."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Check what this machine enforces (`proctor check confinement`). Exit 1 if a default protection is missing."""
-    if target != "confinement":
-        console.print(f"[red]error:[/red] unknown check target {target!r}; use `proctor check confinement`")
-        raise typer.Exit(2)
+    """Check an environment (every task loads, every family builds deterministically), or this machine's confinement."""
+    from pathlib import Path
+
+    if target == "confinement" and not Path(target).exists():
+        _check_confinement(as_json)
+    from .tasks import check_environment
+
+    env = _load(target)
+    try:
+        lines = check_environment(env)
+    except ProctorError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps({"ok": True, "environment": target, "checked": lines}, indent=2))
+    else:
+        for line in lines:
+            console.print(f"[green]ok[/green] {line}", highlight=False)
+    raise typer.Exit(0)
+
+
+def _check_confinement(as_json: bool) -> None:
     from .sandbox import DEFAULT_REQUIRED, probe
 
     try:
@@ -56,8 +83,112 @@ def check(
 
 
 @app.command()
+def tasks(
+    env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """List an environment's tasks and families."""
+    loaded = _load(env)
+    rows = [{"id": t.id, "kind": "task", "steps": len(t.steps), "oracle": t.oracle is not None, "description": t.description}
+            for t in loaded.tasks.values()]
+    rows += [{"id": f.id, "kind": "family", "difficulties": list(f.difficulties), "params": f.default_params,
+              "description": f.description} for f in loaded.families.values()]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2, default=str))
+        raise typer.Exit(0)
+    table = Table(title=f"{env}")
+    for col in ("id", "kind", "details", "description"):
+        table.add_column(col)
+    for row in rows:
+        details = (f"{row['steps']} step(s){', oracle' if row['oracle'] else ''}" if row["kind"] == "task"
+                   else f"difficulties {row['difficulties']}")
+        table.add_row(row["id"], row["kind"], details, row["description"])
+    console.print(table)
+
+
+def _parse_params(items: list[str]) -> dict:
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ProctorError(f"--param {item!r}: use KEY=VALUE (VALUE is JSON, or a plain string)")
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
+    return params
+
+
+@app.command()
+def run(
+    env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
+    task: str = typer.Option(..., "--task", help="Task id, or family id (then --seed, --difficulty, --param)."),
+    agent: str = typer.Option(..., "--agent", help="script:PATH (a scripted-agent JSON file), oracle, or null."),
+    out: str = typer.Option(..., "--out", help="Directory for OUT/<run_id>/result.json and transcript.jsonl."),
+    n: int = typer.Option(1, "-n", min=1, help="Number of rollouts (a family gets seeds seed, seed+1, ...)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the first family instance."),
+    difficulty: int | None = typer.Option(None, "--difficulty", help="Family difficulty (default: the family's first)."),
+    param: list[str] = typer.Option([], "--param", help="Family parameter KEY=VALUE (repeatable)."),
+    parallel: int = typer.Option(1, "-j", "--parallel", min=1, help="Rollouts at once."),
+    penalty: float = typer.Option(0.0, "--penalty", min=0.0, help="Reward of a misbehaved rollout is minus this."),
+    allow_degraded: bool = typer.Option(False, "--allow-degraded", help="Run even if this machine lacks a required protection (the result says so)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Run rollouts and write their results. Exit 0 when every rollout completed or misbehaved, 1 on any infra_error."""
+    from rich.progress import Progress
+
+    from .harness import RolloutConfig
+    from .runner import run_many
+
+    loaded = _load(env)
+    try:
+        params = _parse_params(param)
+        config = RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded)
+        if as_json or n == 1:
+            results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
+                               config=config, parallel=parallel)
+        else:
+            with Progress(console=console, transient=True) as bar:
+                job = bar.add_task(f"{task} x{n}", total=n)
+                results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
+                                   config=config, parallel=parallel, on_result=lambda _r: bar.advance(job))
+    except ProctorError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps([r.model_dump(mode="json") for r in results], indent=2))
+    else:
+        table = Table(title=f"{task} with {agent}")
+        for col in ("run", "status", "score", "reward", "misbehaviour", "time"):
+            table.add_column(col)
+        for r in results:
+            style = {"completed": "green", "misbehaved": "red", "infra_error": "yellow"}[r.status]
+            table.add_row(r.run_id, f"[{style}]{r.status}[/]", f"{r.score:.3f}", f"{r.reward:.3f}",
+                          ", ".join(sorted({m.kind for m in r.misbehaviour})) or "-", f"{r.timings.total_s:.1f}s")
+        console.print(table)
+        for r in results:
+            for error in r.errors:
+                console.print(f"[yellow]{r.run_id}:[/yellow] {error}", highlight=False)
+        console.print(f"results in {out}/<run_id>/result.json", highlight=False)
+    raise typer.Exit(1 if any(r.status == "infra_error" for r in results) else 0)
+
+
+@app.command()
+def new(directory: str = typer.Argument(..., help="Directory to create (must not exist).")) -> None:
+    """Scaffold a working environment: one task, its reference solution, and a test running the oracle and a hack."""
+    from .scaffold import scaffold
+
+    try:
+        files = scaffold(directory)
+    except ProctorError as exc:
+        _fail(exc)
+    for path in files:
+        console.print(f"created {path}", highlight=False)
+    console.print(f"next: proctor check {directory} && proctor run {directory} --task example --agent oracle --out runs/", highlight=False)
+
+
+@app.command()
 def demo(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """Attack a real sandbox with a series of hacks and show each one contained (no key, no network)."""
+    """Run examples/quarterly_revenue with its oracle, a wrong answer and three hacks (no key, no network)."""
     from .demo import run_demo
 
     try:
@@ -67,13 +198,15 @@ def demo(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
     if as_json:
         typer.echo(json.dumps([r.model_dump() for r in rows], indent=2))
     else:
-        table = Table(title="Proctor demo: a hostile student against the sandbox")
-        for col in ("attack", "what the student tried", "outcome", "contained"):
+        table = Table(title="Proctor demo: q3-revenue (examples/quarterly_revenue)")
+        for col in ("student", "what it did", "score", "status", "misbehaviour flagged", "as expected"):
             table.add_column(col)
         for r in rows:
-            table.add_row(r.name, r.description, r.outcome, "[green]yes[/]" if r.contained else "[red]NO[/]")
+            table.add_row(r.name, r.description, f"{r.score:.0f}", r.status, ", ".join(r.misbehaviour) or "-",
+                          "[green]yes[/]" if r.as_expected else "[red]NO[/]")
         console.print(table)
-    raise typer.Exit(0 if all(r.contained for r in rows) else 1)
+        console.print(f"transcripts and results: {rows[0].run_dir.rsplit('/', 1)[0]}", highlight=False)
+    raise typer.Exit(0 if all(r.as_expected for r in rows) else 1)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ def test_check_confinement_without_root_is_a_one_line_error(confinement):
     res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(proctor), "check", "confinement"],
                          capture_output=True, text=True, cwd="/")
     assert res.returncode == 2
-    assert "need root" in res.stdout and "Traceback" not in res.stdout + res.stderr
+    assert "need root" in res.stderr and "Traceback" not in res.stdout + res.stderr
 
 
 def test_check_confinement_reports_every_default_protection_enforced(confinement):

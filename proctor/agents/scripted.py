@@ -1,0 +1,56 @@
+"""Agents that need no model: a script replayed turn by turn, the task's oracle, and the null
+agent (does nothing), used by tests, hack reproductions, the demo and the red team."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..tasks.models import Script, Task
+from ..tools.base import ToolCall
+from .base import Agent, AgentTurn, Observation
+
+
+class ScriptedAgent(Agent):
+    """Plays a Script: each tool turn is one tool call, each text turn ends the step. When the
+    script runs out the agent is finished."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.name = f"script:{script.name}"
+        self._turns: Iterator = iter(enumerate(script.turns))
+
+    def next_turn(self, observations: list[Observation], *, deadline: float) -> AgentTurn:
+        for index, turn in self._turns:
+            if turn.text is not None:
+                return AgentTurn(text=turn.text)
+            return AgentTurn(tool_calls=[ToolCall(name=turn.tool, arguments=dict(turn.arguments), id=f"call-{index}")])
+        return AgentTurn(finished=True)
+
+
+class NullAgent(Agent):
+    """Does nothing: the validity floor of a task (it must score 0)."""
+
+    name = "null"
+
+    def next_turn(self, observations: list[Observation], *, deadline: float) -> AgentTurn:
+        return AgentTurn(finished=True)
+
+
+def make_agent(spec: str, task: Task) -> Agent:
+    """`script:PATH`, `oracle` or `null`; anything else is a ConfigError naming the choices."""
+    kind, _, arg = spec.partition(":")
+    if kind == "script" and arg:
+        return ScriptedAgent(Script.load(Path(arg)))
+    if kind == "oracle" and not arg:
+        if task.oracle is None:
+            raise ConfigError(f"task {task.id!r} has no oracle (set Task.oracle to a reference Script)")
+        agent = ScriptedAgent(task.oracle)
+        agent.name = "oracle"
+        return agent
+    if kind == "null" and not arg:
+        return NullAgent()
+    if kind == "model":
+        raise ConfigError("--agent model:NAME is not available yet (it comes with the model-driven agent loop)")
+    raise ConfigError(f"unknown agent {spec!r}; use script:PATH, oracle or null")

@@ -1,0 +1,230 @@
+"""The authoring API: a Task is steps, tools, limits and data; a Family makes Tasks from a seed.
+
+Everything here is a pydantic model, so a malformed task fails when it is built, with the field
+named; `proctor check ENV` builds every task and one instance of every family to surface those
+errors before anyone runs a rollout."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..errors import ConfigError
+from ..judges.base import Judge
+from ..sandbox.models import GiB, MiB, SandboxLimits
+from ..tools.registry import DEFAULT_TOOL_NAMES, TOOLS
+
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+DEFAULT_SYSTEM_PROMPT = (
+    "You are working in a Linux sandbox. Your files are in /workdir (also your home); task data, if any, is "
+    "read-only in /data. Use the tools to do the work, then call submit."
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Limits(_Frozen):
+    """What one rollout may use. Memory, processes, CPU, disk and inodes are enforced by the kernel;
+    times and budgets by the harness, which interrupts a running tool call at the deadline."""
+
+    memory_bytes: int = Field(2 * GiB, ge=16 * MiB, description="Memory of all student processes together, tmpfs included; no swap.")
+    pids: int = Field(256, ge=8, le=65536, description="Most student processes and threads at once.")
+    cpus: float = Field(1.0, gt=0.01, le=1024, description="CPU quota in cores.")
+    disk_bytes: int = Field(1 * GiB, ge=1 * MiB, description="Size of /workdir.")
+    inodes: int = Field(100_000, ge=64, description="Files and directories /workdir may hold.")
+    command_timeout_s: float = Field(120.0, gt=0, description="Timeout of a bash call that does not ask for one.")
+    max_command_timeout_s: float = Field(600.0, gt=0, description="Longest timeout a bash call may ask for.")
+    step_time_s: float = Field(1800.0, gt=0, description="Wall time of one step's agent loop.")
+    rollout_time_s: float = Field(3600.0, gt=0, description="Wall time of the whole rollout's agent work; grading gets its judges' own bounds on top.")
+    max_turns: int = Field(200, ge=1, description="Most agent turns in the whole rollout.")
+    max_tokens: int | None = Field(None, ge=1, description="Most model tokens (input + output) in the whole rollout; None: unlimited.")
+
+    def sandbox_limits(self) -> SandboxLimits:
+        return SandboxLimits(
+            memory_bytes=self.memory_bytes, pids=self.pids, cpus=self.cpus,
+            workdir_bytes=self.disk_bytes, workdir_inodes=self.inodes,
+        )
+
+
+class ScriptTurn(_Frozen):
+    """One turn of a scripted agent: a tool call, or a text message (which ends the step)."""
+
+    tool: str | None = Field(None, description="Tool name.")
+    arguments: dict[str, Any] = Field(default_factory=dict, description="Tool arguments.")
+    text: str | None = Field(None, description="An assistant message without tool calls; ends the step.")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ScriptTurn:
+        if (self.tool is None) == (self.text is None):
+            raise ValueError('a turn is either {"tool": NAME, "arguments": {...}} or {"text": "..."}')
+        if self.text is not None and self.arguments:
+            raise ValueError("a text turn takes no arguments")
+        return self
+
+
+class Script(_Frozen):
+    """The scripted-agent file (`--agent script:PATH`): `{"name": str, "turns": [turn, ...]}`."""
+
+    name: str = Field(min_length=1, max_length=200)
+    turns: list[ScriptTurn] = Field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Script:
+        """Read a script file; any problem is a ConfigError naming the file and the field."""
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the script file ({exc.strerror})") from None
+        if len(raw) > 16 * MiB:
+            raise ConfigError(f"{path}: script file is {len(raw)} bytes, above the 16 MiB limit")
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: {describe_error(exc)}") from None
+
+
+def describe_error(exc: ValidationError) -> str:
+    """The first problem of a validation error, as `field.path: message`."""
+    parts = []
+    for err in exc.errors(include_url=False)[:3]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+Hook = Callable[["StepHookContext"], None]
+
+
+class StepHookContext:
+    """What a step hook gets: the live sandbox (for placing files or running setup as the student),
+    the instance parameters and the task. Hooks are trusted task code."""
+
+    def __init__(self, sandbox: Any, task: Task, step: int, params: dict[str, Any]) -> None:
+        self.sandbox = sandbox
+        self.task = task
+        self.step = step
+        self.params = params
+
+
+class Step(BaseModel):
+    """One scored part of a task."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    instructions: str = Field(min_length=1, description="What the student is asked to do in this step.")
+    submit: tuple[str, ...] = Field((), description="Declared submission paths, relative to /workdir: only these are copied out for the judge.")
+    judge: Judge = Field(description="Scores this step from the custody copy.")
+    weight: float = Field(1.0, ge=0, description="Weight of this step in the task's score (a weighted mean over steps).")
+    before: Hook | None = Field(None, description="Called before the step starts (e.g. to place files); trusted code.")
+    before_scoring: Hook | None = Field(None, description="Called after the student's turn, before custody; trusted code.")
+
+    @field_validator("submit")
+    @classmethod
+    def _relative(cls, paths: tuple[str, ...]) -> tuple[str, ...]:
+        for p in paths:
+            parts = p.split("/")
+            if not p or p.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\0" in p:
+                raise ValueError(f"submission path {p!r} must be relative to /workdir, without '.', '..' or empty parts")
+        return paths
+
+
+class Task(BaseModel):
+    """One verifiable piece of work."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    id: str = Field(description="Unique within the environment: lowercase letters, digits, '.', '_' and '-'.")
+    description: str = Field("", description="One line for `proctor tasks`.")
+    system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, description="The system prompt the student model gets.")
+    steps: tuple[Step, ...] = Field(min_length=1)
+    tools: tuple[str, ...] = Field(DEFAULT_TOOL_NAMES, description="Names of the tools offered (see proctor.tools.TOOLS).")
+    limits: Limits = Limits()
+    data: Path | None = Field(None, description="Host directory shown read-only at /data.")
+    workdir_files: Path | None = Field(None, description="Host directory whose contents are copied into /workdir at the start, owned by the student.")
+    hidden: Path | None = Field(None, description="Host directory of hidden data (answer keys, hidden tests): only judges see it.")
+    packages: tuple[str, ...] = Field((), description="Python distributions the student runtime must provide (checked before the rollout).")
+    requires: tuple[str, ...] | None = Field(None, description="Confinement protections required; None: Proctor's default set.")
+    oracle: Script | None = Field(None, description="A reference solution as a script; the `oracle` agent plays it.")
+    params: dict[str, Any] = Field(default_factory=dict, description="The instance parameters (set by families).")
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError(f"task id {value!r} must match {_ID.pattern}")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [n for n in names if n not in TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(sorted(TOOLS))}")
+        if len(set(names)) != len(names):
+            raise ValueError("a tool is listed twice")
+        return names
+
+    @model_validator(mode="after")
+    def _dirs(self) -> Task:
+        for name in ("data", "workdir_files", "hidden"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_absolute():
+                raise ValueError(f"{name}: {str(path)!r} must be an absolute path (environments resolve theirs from their directory)")
+        if self.hidden is not None:
+            hidden = Path(self.hidden).resolve()
+            for name in ("data", "workdir_files"):
+                shown = getattr(self, name)
+                if shown is not None:
+                    shown = Path(shown).resolve()
+                    if hidden == shown or hidden.is_relative_to(shown) or shown.is_relative_to(hidden):
+                        raise ValueError(f"hidden: {hidden} overlaps {name} {shown}; the student would see the hidden data")
+        return self
+
+
+class Instance(_Frozen):
+    """What one rollout runs, as recorded in its result: enough to rebuild the same task."""
+
+    task_id: str
+    family: str | None = Field(None, description="The family that made it, if any.")
+    seed: int | None = None
+    difficulty: int | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+FamilyMaker = Callable[[int, int, dict[str, Any], Path], Task]
+
+
+class Family(BaseModel):
+    """Makes Task instances from (seed, difficulty, params), deterministically.
+
+    `make(seed, difficulty, params, workspace)` writes any generated files (data, hidden keys)
+    under `workspace`, a fresh directory only the harness can read, and returns the Task. The
+    same arguments must give the same task and the same files: `proctor check` builds twice and
+    compares."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    id: str
+    description: str = ""
+    make: FamilyMaker
+    difficulties: tuple[int, ...] = Field((1,), min_length=1, description="Difficulty levels it understands.")
+    default_params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError(f"family id {value!r} must match {_ID.pattern}")
+        return value
