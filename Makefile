@@ -12,3 +12,4 @@ test: setup
 bench: setup
 	@.venv/bin/python bench/sandbox.py
 	@.venv/bin/python bench/tools_custody.py
+	@.venv/bin/python bench/rollout.py

@@ -75,3 +75,15 @@ def test_the_tools_and_custody_benchmark_runs_and_reports_every_figure() -> None
         _positive(res["bash"], key)
     for key in ("custody_s", "cp_a_s", "ratio"):
         _positive(res["custody"], key)
+
+
+@needs_sandbox_host
+def test_the_rollout_benchmark_runs_and_reports_every_figure() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH.with_name("rollout.py")), "--quick", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads(proc.stdout)
+    for key in ("bare_sandbox_ms", "rollout_ms", "ratio"):
+        _positive(res, key)
