@@ -27,7 +27,6 @@ from .errors import ConfigError, ProctorError
 from .judges.base import JudgeContext, Verdict, evaluate
 from .results import MisbehaviourRecord, RolloutResult, StepEnd, StepResult, Timings, Usage, write_result
 from .sandbox import Sandbox, SandboxSpec
-from .sandbox.network import net_counters
 from .tasks.models import Instance, StepHookContext, Task
 from .tasks.packages import missing_packages
 from .tools.base import ToolConfig, ToolContext, ToolResult
@@ -328,11 +327,8 @@ def _hook(r: _Rollout, hook: Any, index: int, which: str) -> None:
 def _check_network(r: _Rollout, index: int) -> None:
     """Connection attempts to addresses the namespace has no route to (the internet, metadata
     services, other hosts) are blocked by the kernel and counted; a new count is recorded."""
-    box = r.box
-    anchor = getattr(box, "_anchor_pid", None)
-    if not anchor:
-        return
-    blocked = net_counters(anchor).get("Ip.OutNoRoutes", 0)
+    assert r.box is not None
+    blocked = r.box.network_counters().get("Ip.OutNoRoutes", 0)
     if blocked > r.net_blocked_seen:
         r.flag("network_blocked", f"{blocked - r.net_blocked_seen} packet(s) to unreachable addresses were blocked", index)
         r.net_blocked_seen = blocked

@@ -28,7 +28,7 @@ from .cgroups import SandboxCgroup
 from .environment import student_env, student_path
 from .host import binaries, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
-from .network import NetworkBridge
+from .network import NetworkBridge, net_counters
 from .reaper import become_subreaper, kill_pids, reap_orphans, reap_until_empty
 from .runtime import default_runtime
 from .uids import UidLease, lease_uid
@@ -363,6 +363,11 @@ class Sandbox:
                 os.chown(target_path, self.uid, self.uid)
                 files += 1
         return files
+
+    def network_counters(self) -> dict[str, int]:
+        """The SNMP counters of the sandbox's network namespace while its session is up (empty
+        otherwise); `Ip.OutNoRoutes` counts packets to addresses it has no route to."""
+        return net_counters(self._anchor_pid) if self._anchor_pid else {}
 
     def student_processes(self) -> list[tuple[int, str]]:
         """Live processes running as the student (pid, command line clipped to 200 characters):
