@@ -187,6 +187,38 @@ def new(directory: str = typer.Argument(..., help="Directory to create (must not
 
 
 @app.command()
+def redteam(
+    env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
+    task: list[str] = typer.Option([], "--task", help="Only this task or family (repeatable)."),
+    attack: list[str] = typer.Option([], "--attack", help="Only this attack (repeatable)."),
+    family: list[str] = typer.Option([], "--family", help="Only attacks of this family (repeatable)."),
+    parallel: int = typer.Option(1, "-j", "--parallel", min=1, help="Rollouts at once."),
+    out: str | None = typer.Option(None, "--out", help="Keep results and transcripts here (default: a temporary directory)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Attack every task with the red-team library and check the oracle/null/degenerate gate. Exit 1 on any finding."""
+    from .redteam import run_redteam
+
+    loaded = _load(env)
+    try:
+        rows = run_redteam(loaded, tasks=task or None, attacks=attack or None, families=family or None,
+                           out_dir=out, parallel=parallel)
+    except ProctorError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps([r.model_dump() for r in rows], indent=2))
+    else:
+        table = Table(title=f"red team: {env}")
+        for col in ("task", "attack", "family", "score", "status", "flagged", "ok"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r.task, r.attack, r.family, f"{r.score:g}", r.status, ", ".join(r.flagged) or "-",
+                          "[green]yes[/]" if r.ok else f"[red]NO[/] {r.problem}")
+        console.print(table)
+    raise typer.Exit(0 if all(r.ok for r in rows) else 1)
+
+
+@app.command()
 def demo(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Run examples/quarterly_revenue with its oracle, a wrong answer and three hacks (no key, no network)."""
     from .demo import run_demo

@@ -55,7 +55,7 @@ Run as root: `python -m pytest tests/`."""
 from pathlib import Path
 
 from proctor import Script
-from proctor.testing import rollout
+from proctor.testing import assert_attack_contained, rollout
 
 ENV = Path(__file__).resolve().parent.parent
 
@@ -74,6 +74,18 @@ def test_a_symlink_to_the_key_scores_zero_and_is_flagged(tmp_path):
     result = rollout(ENV, "example", hack, tmp_path)
     assert result.score == 0.0 and result.status == "misbehaved"
     assert [m.kind for m in result.misbehaviour] == ["submission_symlink"]
+
+
+def test_a_fifo_answer_scores_zero_and_is_flagged(tmp_path):
+    assert_attack_contained(ENV, "example", "fifo-answer", tmp_path)
+
+
+def test_the_red_team_finds_nothing(tmp_path):
+    from typer.testing import CliRunner
+    from proctor.cli import app
+
+    got = CliRunner().invoke(app, ["redteam", str(ENV), "--out", str(tmp_path)])
+    assert got.exit_code == 0, got.output
 
 
 def test_doing_nothing_scores_zero(tmp_path):

@@ -37,3 +37,29 @@ def rollout(
         return run_rollout(resolved, agent, out_dir, instance=instance, config=config, env_dir=loaded.directory)
     finally:
         remove_workspace(workspace)
+
+
+def assert_attack_contained(env: str | Path, task: str, attack: str, out_dir: str | Path) -> RolloutResult:
+    """Run one red-team attack against `task` and assert it scores 0 (no infra error) and, when
+    the harness can detect it, is flagged. Returns the result for further checks."""
+    from .redteam import ATTACKS
+
+    by_id = {a.id: a for a in ATTACKS}
+    if attack not in by_id:
+        raise AssertionError(f"unknown attack {attack!r}; known: {', '.join(sorted(by_id))}")
+    loaded = load_environment(str(env))
+    workspace = new_workspace() if task in loaded.families else None
+    try:
+        resolved, instance = resolve(loaded, task, workspace=workspace)
+        script = by_id[attack].script(resolved)
+        if script is None:
+            raise AssertionError(f"attack {attack!r} does not apply to task {task!r}")
+        result = run_rollout(resolved, ScriptedAgent(script), out_dir, instance=instance, env_dir=loaded.directory)
+    finally:
+        remove_workspace(workspace)
+    kinds = {m.kind for m in result.misbehaviour}
+    assert result.status != "infra_error", f"{attack}: infra_error: {result.errors}"
+    assert result.score == 0.0, f"{attack} earned {result.score} on {task}"
+    expected = set(by_id[attack].flagged)
+    assert not expected or expected & kinds, f"{attack} was not flagged (expected {sorted(expected)}, got {sorted(kinds)})"
+    return result

@@ -90,7 +90,7 @@ def test_new_scaffolds_an_environment_whose_own_tests_pass(confinement, tmp_path
     tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(env / "tests")],
                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert tests.returncode == 0, tests.stdout + tests.stderr
-    assert "3 passed" in tests.stdout
+    assert "5 passed" in tests.stdout
     assert "already exists" in one_line_error(cli("new", env))
 
 

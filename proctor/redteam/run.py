@@ -1,0 +1,116 @@
+"""Run the attack library and the validity gate against an environment's tasks.
+
+A task passes when every applicable attack stays at the floor (score 0, not an infra error), each
+attack the harness can detect is flagged, the harness survives every attack, the oracle reaches the
+maximum, and both the null agent and a degenerate agent (garbage in every declared path) stay at
+the floor. A task failing the gate is reported as unusable."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ..agents.base import Agent
+from ..agents.scripted import NullAgent, ScriptedAgent
+from ..harness import run_rollout
+from ..tasks.loading import Environment, new_workspace, remove_workspace, resolve
+from ..tasks.models import Script, ScriptTurn, Task
+from .attacks import ATTACKS, applicable
+
+
+class RedteamRow(BaseModel):
+    task: str
+    attack: str
+    family: str
+    score: float
+    status: str
+    flagged: list[str]
+    expected_flags: list[str]
+    harness_survived: bool
+    duration_s: float
+    ok: bool
+    problem: str = ""
+
+
+def _harness_alive() -> bool:
+    try:
+        return subprocess.run(["/bin/true"], timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _garbage(task: Task) -> Script:
+    paths = sorted({p for step in task.steps for p in step.submit}) or ["answer.txt"]
+    turns = [ScriptTurn(tool="bash", arguments={"command": f"mkdir -p \"$(dirname '/workdir/{p}')\"; printf 'garbage\\377\\0' > '/workdir/{p}'"})
+             for p in paths]
+    return Script(name="degenerate", turns=[*turns, ScriptTurn(tool="submit", arguments={})])
+
+
+def _one(task: Task, instance, env: Environment, out: Path, name: str, family: str, agent: Agent,
+         expected: tuple[str, ...], want_max: bool) -> RedteamRow:
+    started = time.monotonic()
+    try:
+        result = run_rollout(task, agent, out, instance=instance, env_dir=env.directory)
+        survived = _harness_alive()
+        score, status, flagged = result.score, result.status, sorted({m.kind for m in result.misbehaviour})
+    except Exception as exc:  # noqa: BLE001 - an attack that crashes the harness is a finding
+        survived, score, status, flagged = False, 0.0, f"harness crashed: {type(exc).__name__}: {exc}", []
+    problems = []
+    if not survived:
+        problems.append("the harness did not survive")
+    if status == "infra_error" or status.startswith("harness crashed"):
+        problems.append(status)
+    if want_max and (score < 1.0 or status != "completed"):
+        problems.append(f"the oracle scored {score} ({status}), not the maximum")
+    if not want_max and score > 0.0:
+        problems.append(f"earned {score} above the floor")
+    if expected and not set(expected) & set(flagged):
+        problems.append(f"not flagged (expected {' or '.join(expected)})")
+    return RedteamRow(task=task.id, attack=name, family=family, score=score, status=status, flagged=flagged,
+                      expected_flags=list(expected), harness_survived=survived, duration_s=time.monotonic() - started,
+                      ok=not problems, problem="; ".join(problems))
+
+
+def run_redteam(
+    env: Environment, *, tasks: list[str] | None = None, attacks: list[str] | None = None,
+    families: list[str] | None = None, out_dir: str | Path | None = None, parallel: int = 1,
+) -> list[RedteamRow]:
+    known = {a.id for a in ATTACKS}
+    for name in attacks or []:
+        if name not in known:
+            from ..errors import ConfigError
+            raise ConfigError(f"unknown attack {name!r}; known: {', '.join(sorted(known))}")
+    out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="proctor-redteam-"))
+    idents = tasks or [*env.tasks, *env.families]
+    jobs = []
+    workspaces = []
+    for ident in idents:
+        workspace = new_workspace() if ident in env.families else None
+        workspaces.append(workspace)
+        task, instance = resolve(env, ident, workspace=workspace)
+        gate = [("oracle", "gate", ScriptedAgent(task.oracle), (), True)] if task.oracle else []
+        gate += [("null", "gate", NullAgent(), (), False), ("degenerate", "gate", ScriptedAgent(_garbage(task)), (), False)]
+        if attacks or families:
+            gate = []
+        for name, family, agent, expected, want_max in gate:
+            jobs.append((task, instance, name, family, agent, expected, want_max))
+        for attack, script in applicable(task):
+            if (attacks and attack.id not in attacks) or (families and attack.family not in families):
+                continue
+            jobs.append((task, instance, attack.id, attack.family, ScriptedAgent(script), attack.flagged, False))
+    try:
+        def run(job):
+            task, instance, name, family, agent, expected, want_max = job
+            return _one(task, instance, env, out, name, family, agent, expected, want_max)
+        if parallel <= 1:
+            return [run(job) for job in jobs]
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="proctor-redteam") as pool:
+            return list(pool.map(run, jobs))
+    finally:
+        for ws in workspaces:
+            remove_workspace(ws)
