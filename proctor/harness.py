@@ -152,13 +152,14 @@ def _run(r: _Rollout) -> StepEnd | None:
     if task.workdir_files:
         r.box.copy_in(task.workdir_files)
     tools = make_tools(task.tools)
+    specs = [tool.spec() for tool in tools]
     r.transcript.emit("rollout_start", run_id=r.run_dir.name, task_id=task.id, instance=r.instance.model_dump(mode="json"),
                       agent=r.agent.name, confinement=r.confinement, limits=task.limits.model_dump(),
-                      tools=[tool.spec() for tool in tools], system_prompt=task.system_prompt)
+                      tools=specs, system_prompt=task.system_prompt)
     r.timings["setup_s"] = time.monotonic() - t
     r.deadline = time.monotonic() + task.limits.rollout_time_s
     try:
-        r.agent.begin(system_prompt=task.system_prompt, tools=[tool.spec() for tool in tools], task_id=task.id)
+        r.agent.begin(system_prompt=task.system_prompt, tools=specs, task_id=task.id)
     except AgentError as exc:
         _agent_failed(r, exc, None)
         return "agent_error"
@@ -170,7 +171,7 @@ def _run(r: _Rollout) -> StepEnd | None:
                                       explanation="not reached"))
             continue
         ended_by, verdict = _run_step(r, index, tools)
-        stop = (ended_by in ("agent_finished", "agent_error", "harness_error", "rollout_time", "turn_budget", "token_budget")
+        stop = (ended_by in ("agent_finished", "agent_error", "rollout_time", "turn_budget", "token_budget")
                 or not verdict.continue_task or r.infra)
     return ended_by
 

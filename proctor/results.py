@@ -20,7 +20,7 @@ from .tasks.models import Instance
 Status = Literal["completed", "misbehaved", "infra_error"]
 StepEnd = Literal[
     "submit", "text", "agent_finished", "turn_budget", "token_budget", "step_time", "rollout_time",
-    "agent_error", "harness_error", "not_reached",
+    "agent_error", "not_reached",
 ]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from .agents.scripted import make_agent
 from .harness import RolloutConfig, run_rollout
 from .results import RolloutResult
-from .tasks.loading import Environment, new_workspace, remove_workspace, resolve
+from .tasks.loading import Environment, resolved
 
 
 def run_many(
@@ -32,23 +32,14 @@ def run_many(
 ) -> list[RolloutResult]:
     """Run `n` rollouts of a task (or of a family, with seeds seed, seed+1, ...). Configuration
     errors (unknown task, bad agent, bad parameters) surface before any rollout starts."""
-    is_family = ident in env.families
     # Fail fast on a bad id, parameters or agent before spending anything.
-    probe_ws = new_workspace() if is_family else None
-    try:
-        task, _ = resolve(env, ident, seed=seed, difficulty=difficulty, params=params, workspace=probe_ws)
+    with resolved(env, ident, seed=seed, difficulty=difficulty, params=params) as (task, _):
         make_agent(agent_spec, task).close()
-    finally:
-        remove_workspace(probe_ws)
 
     def one(i: int) -> RolloutResult:
-        ws = new_workspace() if is_family else None
-        try:
-            task, instance = resolve(env, ident, seed=seed + i, difficulty=difficulty, params=params, workspace=ws)
+        with resolved(env, ident, seed=seed + i, difficulty=difficulty, params=params) as (task, instance):
             result = run_rollout(task, make_agent(agent_spec, task), out_dir, instance=instance, config=config,
                                  env_dir=env.directory)
-        finally:
-            remove_workspace(ws)
         if on_result:
             on_result(result)
         return result

@@ -15,7 +15,7 @@ from .agents.base import Agent
 from .agents.scripted import ScriptedAgent, make_agent
 from .harness import RolloutConfig, run_rollout
 from .results import RolloutResult
-from .tasks.loading import load_environment, new_workspace, remove_workspace, resolve
+from .tasks.loading import load_environment, resolved
 from .tasks.models import Script
 
 
@@ -27,16 +27,12 @@ def rollout(
     """One rollout of `task` (or a family instance) with `agent`: an agent spec (`oracle`, `null`,
     `script:PATH`), a Script, or an Agent."""
     loaded = load_environment(str(env))
-    workspace = new_workspace() if task in loaded.families else None
-    try:
-        resolved, instance = resolve(loaded, task, seed=seed, difficulty=difficulty, params=params, workspace=workspace)
+    with resolved(loaded, task, seed=seed, difficulty=difficulty, params=params) as (built, instance):
         if isinstance(agent, Script):
             agent = ScriptedAgent(agent)
         elif isinstance(agent, str):
-            agent = make_agent(agent, resolved)
-        return run_rollout(resolved, agent, out_dir, instance=instance, config=config, env_dir=loaded.directory)
-    finally:
-        remove_workspace(workspace)
+            agent = make_agent(agent, built)
+        return run_rollout(built, agent, out_dir, instance=instance, config=config, env_dir=loaded.directory)
 
 
 def assert_attack_contained(env: str | Path, task: str, attack: str, out_dir: str | Path) -> RolloutResult:
@@ -48,15 +44,11 @@ def assert_attack_contained(env: str | Path, task: str, attack: str, out_dir: st
     if attack not in by_id:
         raise AssertionError(f"unknown attack {attack!r}; known: {', '.join(sorted(by_id))}")
     loaded = load_environment(str(env))
-    workspace = new_workspace() if task in loaded.families else None
-    try:
-        resolved, instance = resolve(loaded, task, workspace=workspace)
-        script = by_id[attack].script(resolved)
+    with resolved(loaded, task) as (built, instance):
+        script = by_id[attack].script(built)
         if script is None:
             raise AssertionError(f"attack {attack!r} does not apply to task {task!r}")
-        result = run_rollout(resolved, ScriptedAgent(script), out_dir, instance=instance, env_dir=loaded.directory)
-    finally:
-        remove_workspace(workspace)
+        result = run_rollout(built, ScriptedAgent(script), out_dir, instance=instance, env_dir=loaded.directory)
     kinds = {m.kind for m in result.misbehaviour}
     assert result.status != "infra_error", f"{attack}: infra_error: {result.errors}"
     assert result.score == 0.0, f"{attack} earned {result.score} on {task}"

@@ -28,7 +28,9 @@ class Attack:
 
     def script(self, task: Task) -> Script | None:
         target = _first_submission(task)
-        turns = self.make(task, target) if target is not None or self.family not in ("submission",) else None
+        if target is None and self.family == "submission":
+            return None
+        turns = self.make(task, target)
         if turns is None:
             return None
         return Script(name=f"attack:{self.id}", turns=[*turns, ScriptTurn(tool="submit", arguments={})])

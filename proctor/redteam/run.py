@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -18,7 +19,8 @@ from pydantic import BaseModel
 from ..agents.base import Agent
 from ..agents.scripted import NullAgent, ScriptedAgent
 from ..harness import run_rollout
-from ..tasks.loading import Environment, new_workspace, remove_workspace, resolve
+from ..errors import ConfigError
+from ..tasks.loading import Environment, resolved
 from ..tasks.models import Script, ScriptTurn, Task
 from .attacks import ATTACKS, applicable
 
@@ -83,27 +85,26 @@ def run_redteam(
     known = {a.id for a in ATTACKS}
     for name in attacks or []:
         if name not in known:
-            from ..errors import ConfigError
             raise ConfigError(f"unknown attack {name!r}; known: {', '.join(sorted(known))}")
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="proctor-redteam-"))
     idents = tasks or [*env.tasks, *env.families]
     jobs = []
-    workspaces = []
-    for ident in idents:
-        workspace = new_workspace() if ident in env.families else None
-        workspaces.append(workspace)
-        task, instance = resolve(env, ident, workspace=workspace)
-        gate = [("oracle", "gate", ScriptedAgent(task.oracle), (), True)] if task.oracle else []
-        gate += [("null", "gate", NullAgent(), (), False), ("degenerate", "gate", ScriptedAgent(_garbage(task)), (), False)]
-        if attacks or families:
-            gate = []
-        for name, family, agent, expected, want_max in gate:
-            jobs.append((task, instance, name, family, agent, expected, want_max))
-        for attack, script in applicable(task):
-            if (attacks and attack.id not in attacks) or (families and attack.family not in families):
-                continue
-            jobs.append((task, instance, attack.id, attack.family, ScriptedAgent(script), attack.flagged, False))
-    try:
+    # The family workspaces live until every rollout of their instance is done, even if a later
+    # task fails to resolve.
+    with ExitStack() as instances:
+        for ident in idents:
+            task, instance = instances.enter_context(resolved(env, ident))
+            gate = [("oracle", "gate", ScriptedAgent(task.oracle), (), True)] if task.oracle else []
+            gate += [("null", "gate", NullAgent(), (), False), ("degenerate", "gate", ScriptedAgent(_garbage(task)), (), False)]
+            if attacks or families:
+                gate = []
+            for name, family, agent, expected, want_max in gate:
+                jobs.append((task, instance, name, family, agent, expected, want_max))
+            for attack, script in applicable(task):
+                if (attacks and attack.id not in attacks) or (families and attack.family not in families):
+                    continue
+                jobs.append((task, instance, attack.id, attack.family, ScriptedAgent(script), attack.flagged, False))
+
         def run(job):
             task, instance, name, family, agent, expected, want_max = job
             return _one(task, instance, env, out, name, family, agent, expected, want_max)
@@ -111,6 +112,3 @@ def run_redteam(
             return [run(job) for job in jobs]
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="proctor-redteam") as pool:
             return list(pool.map(run, jobs))
-    finally:
-        for ws in workspaces:
-            remove_workspace(ws)

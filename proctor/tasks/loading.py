@@ -16,6 +16,8 @@ import secrets
 import shutil
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -167,6 +169,18 @@ def resolve(
         return build_instance(env.families[ident], seed, difficulty, params, workspace)
     known = sorted([*env.tasks, *env.families])
     raise ConfigError(f"{env.name}: no task or family {ident!r}; known: {', '.join(known) or 'none'}")
+
+
+@contextmanager
+def resolved(
+    env: Environment, ident: str, *, seed: int = 0, difficulty: int | None = None, params: dict[str, Any] | None = None,
+) -> Iterator[tuple[Task, Instance]]:
+    """`resolve`, with a workspace for a family's generated files that lives as long as the block."""
+    workspace = new_workspace() if ident in env.families else None
+    try:
+        yield resolve(env, ident, seed=seed, difficulty=difficulty, params=params, workspace=workspace)
+    finally:
+        remove_workspace(workspace)
 
 
 def _fingerprint(task: Task, workspace: Path) -> str:
