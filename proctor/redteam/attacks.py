@@ -137,9 +137,10 @@ ATTACKS: list[Attack] = [
 ]
 
 
-def applicable(task: Task) -> list[tuple[Attack, Script]]:
+def applicable(task: Task, extra: list[Attack] = ()) -> list[tuple[Attack, Script]]:
+    """The library's attacks plus an environment's own (`extra`) that apply to `task`, with their scripts."""
     out = []
-    for attack in ATTACKS:
+    for attack in [*ATTACKS, *extra]:
         script = attack.script(task)
         if script is not None:
             out.append((attack, script))

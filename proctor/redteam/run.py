@@ -82,7 +82,7 @@ def run_redteam(
     env: Environment, *, tasks: list[str] | None = None, attacks: list[str] | None = None,
     families: list[str] | None = None, out_dir: str | Path | None = None, parallel: int = 1,
 ) -> list[RedteamRow]:
-    known = {a.id for a in ATTACKS}
+    known = {a.id for a in [*ATTACKS, *env.attacks]}
     for name in attacks or []:
         if name not in known:
             raise ConfigError(f"unknown attack {name!r}; known: {', '.join(sorted(known))}")
@@ -100,7 +100,7 @@ def run_redteam(
                 gate = []
             for name, family, agent, expected, want_max in gate:
                 jobs.append((task, instance, name, family, agent, expected, want_max))
-            for attack, script in applicable(task):
+            for attack, script in applicable(task, env.attacks):
                 if (attacks and attack.id not in attacks) or (families and attack.family not in families):
                     continue
                 jobs.append((task, instance, attack.id, attack.family, ScriptedAgent(script), attack.flagged, False))
