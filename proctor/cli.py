@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import ProctorError
+from .errors import ConfigError, ProctorError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Proctor: RL environments that the agents cannot cheat.")
 console = Console()
@@ -123,7 +123,7 @@ def _parse_params(items: list[str]) -> dict:
 def run(
     env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
     task: str = typer.Option(..., "--task", help="Task id, or family id (then --seed, --difficulty, --param)."),
-    agent: str = typer.Option(..., "--agent", help="script:PATH (a scripted-agent JSON file), oracle, or null."),
+    agent: str = typer.Option(..., "--agent", help="script:PATH (a scripted-agent JSON file), oracle, null, or model:NAME."),
     out: str = typer.Option(..., "--out", help="Directory for OUT/<run_id>/result.json and transcript.jsonl."),
     n: int = typer.Option(1, "-n", min=1, help="Number of rollouts (a family gets seeds seed, seed+1, ...)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the first family instance."),
@@ -133,6 +133,13 @@ def run(
     penalty: float = typer.Option(0.0, "--penalty", min=0.0, help="Reward of a misbehaved rollout is minus this."),
     allow_degraded: bool = typer.Option(False, "--allow-degraded", help="Run even if this machine lacks a required protection (the result says so)."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    model_config: str | None = typer.Option(None, "--model-config", help="model:NAME: a TOML or JSON run config (provider, base_url, api_key_env, sampling...; see docs/agents.md)."),
+    provider: str | None = typer.Option(None, "--provider", help="model:NAME: openai (any OpenAI-compatible server) or anthropic."),
+    base_url: str | None = typer.Option(None, "--base-url", help="model:NAME: the endpoint, e.g. http://127.0.0.1:8000/v1 for vLLM."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="model:NAME: NAME of the environment variable holding the key (never the key)."),
+    temperature: float | None = typer.Option(None, "--temperature", help="model:NAME: sampling temperature."),
+    max_output_tokens: int | None = typer.Option(None, "--max-output-tokens", help="model:NAME: most tokens per reply."),
+    token_data: bool | None = typer.Option(None, "--token-data/--no-token-data", help="model:NAME: record token ids and logprobs (vLLM, SGLang)."),
 ) -> None:
     """Run rollouts and write their results. Exit 0 when every rollout completed or misbehaved, 1 on any infra_error."""
     from rich.progress import Progress
@@ -144,14 +151,17 @@ def run(
     try:
         params = _parse_params(param)
         config = RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded)
+        flags = {"provider": provider, "base_url": base_url, "api_key_env": api_key_env, "temperature": temperature,
+                 "max_output_tokens": max_output_tokens, "token_data": token_data}
+        model = _model_config(agent, model_config, flags)
         if as_json or n == 1:
             results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
-                               config=config, parallel=parallel)
+                               config=config, parallel=parallel, model=model)
         else:
             with Progress(console=console, transient=True) as bar:
                 job = bar.add_task(f"{task} x{n}", total=n)
                 results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
-                                   config=config, parallel=parallel, on_result=lambda _r: bar.advance(job))
+                                   config=config, parallel=parallel, on_result=lambda _r: bar.advance(job), model=model)
     except ProctorError as exc:
         _fail(exc)
     if as_json:
@@ -170,6 +180,22 @@ def run(
                 console.print(f"[yellow]{r.run_id}:[/yellow] {error}", highlight=False)
         console.print(f"results in {out}/<run_id>/result.json", highlight=False)
     raise typer.Exit(1 if any(r.status == "infra_error" for r in results) else 0)
+
+
+def _model_config(agent: str, path: str | None, flags: dict):
+    """The model config of `--agent model:NAME`: the file, then the flags over it."""
+    from .agents.model_config import ModelConfig
+
+    given = {k: v for k, v in flags.items() if v is not None}
+    if not agent.startswith("model:"):
+        if path or given:
+            raise ConfigError(f"--model-config and the model flags ({', '.join(sorted(given)) or 'none'}) only apply to --agent model:NAME")
+        return None
+    name = agent.partition(":")[2]
+    overrides = {**given, **({"model": name} if name else {})}
+    if path:
+        return ModelConfig.load(path, **overrides)
+    return ModelConfig.build(overrides, origin="--agent model:NAME")
 
 
 @app.command()

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .agents.base import Agent, AgentError, AgentTurn, Observation
+from .agents.base import Agent, AgentError, AgentTimeout, AgentTurn, Observation, TurnUsage
 from .custody import CustodyLimits, custody_point
 from .errors import ConfigError, ProctorError
 from .judges.base import JudgeContext, Verdict, evaluate
@@ -171,7 +171,7 @@ def _run(r: _Rollout) -> StepEnd | None:
                                       explanation="not reached"))
             continue
         ended_by, verdict = _run_step(r, index, tools)
-        stop = (ended_by in ("agent_finished", "agent_error", "rollout_time", "turn_budget", "token_budget")
+        stop = (ended_by in ("agent_finished", "agent_error", "rollout_time", "turn_budget", "token_budget", "cost_budget")
                 or not verdict.continue_task or r.infra)
     return ended_by
 
@@ -215,6 +215,9 @@ def _run_step(r: _Rollout, index: int, tools: list) -> tuple[StepEnd, Verdict]:
         reason = "custody refused the submission" if point.report else "the sandbox could not be proven empty"
         verdict = Verdict.zero(f"{reason}: nothing was graded", continue_task=False)
         judge_name = "custody"
+    elif ended_by in ("turn_budget", "token_budget", "cost_budget") and limits.on_budget == "zero":
+        verdict = Verdict.zero(f"the {ended_by.replace('_', ' ')} ran out and this task scores that 0", continue_task=False)
+        judge_name = "budget"
     else:
         ctx = JudgeContext(
             submission=custody_dir, hidden=task.hidden, answer=answer, params=dict(r.instance.params) | dict(task.params),
@@ -253,12 +256,14 @@ def _agent_loop(r: _Rollout, index: int, tools: list, step_deadline: float, ctx:
         now = time.monotonic()
         if now >= step_deadline:
             return ("rollout_time" if step_deadline >= r.deadline else "step_time"), final()
-        if r.usage.turns >= limits.max_turns:
-            return "turn_budget", final()
-        if limits.max_tokens is not None and r.usage.input_tokens + r.usage.output_tokens >= limits.max_tokens:
-            return "token_budget", final()
+        exhausted = _budget_exhausted(r)
+        if exhausted:
+            return exhausted, final()
         try:
             turn = r.agent.next_turn(observations, deadline=step_deadline)
+        except AgentTimeout as exc:
+            _agent_failed(r, exc, index)
+            return ("rollout_time" if step_deadline >= r.deadline else "step_time"), final()
         except AgentError as exc:
             _agent_failed(r, exc, index)
             return "agent_error", last_text
@@ -283,6 +288,8 @@ def _agent_loop(r: _Rollout, index: int, tools: list, step_deadline: float, ctx:
                 left = step_deadline - time.monotonic()
                 if left <= 0:
                     result = ToolResult.failure("not run: the time for this step is up", timed_out=True)
+                elif call.malformed:
+                    result = ToolResult.failure(f"malformed call to {call.name!r}: {call.malformed}; send the arguments as one JSON object")
                 else:
                     ctx.config = base.model_copy(update={
                         "bash_timeout_s": min(base.bash_timeout_s, left), "bash_max_timeout_s": min(base.bash_max_timeout_s, left),
@@ -298,19 +305,52 @@ def _agent_loop(r: _Rollout, index: int, tools: list, step_deadline: float, ctx:
             return "submit", final()
         if turn.finished:
             return "agent_finished", final()
+        if limits.announce_budget:
+            observations.append(Observation(kind="notice", text=_budget_left(r, step_deadline)))
+
+
+def _budget_exhausted(r: _Rollout) -> StepEnd | None:
+    limits, u = r.task.limits, r.usage
+    if u.turns >= limits.max_turns:
+        return "turn_budget"
+    if limits.max_tokens is not None and u.input_tokens + u.output_tokens >= limits.max_tokens:
+        return "token_budget"
+    if limits.max_cost_usd is not None and u.cost_usd >= limits.max_cost_usd:
+        return "cost_budget"
+    return None
+
+
+def _budget_left(r: _Rollout, step_deadline: float) -> str:
+    limits, u = r.task.limits, r.usage
+    parts = [f"turns left: {limits.max_turns - u.turns}"]
+    if limits.max_tokens is not None:
+        parts.append(f"tokens left: {max(limits.max_tokens - u.input_tokens - u.output_tokens, 0)}")
+    if limits.max_cost_usd is not None:
+        parts.append(f"budget left: ${max(limits.max_cost_usd - u.cost_usd, 0):.4f}")
+    parts.append(f"time left in this step: {max(step_deadline - time.monotonic(), 0):.0f} s")
+    return "; ".join(parts)
 
 
 def _count(r: _Rollout, turn: AgentTurn) -> None:
+    r.usage.turns += 1
+    _add_usage(r, turn.usage)
+
+
+def _add_usage(r: _Rollout, used: TurnUsage) -> None:
     u = r.usage
-    u.turns += 1
-    u.input_tokens += turn.usage.input_tokens
-    u.output_tokens += turn.usage.output_tokens
-    u.cached_tokens += turn.usage.cached_tokens
-    u.model_calls += turn.usage.calls
-    u.retries += turn.usage.retries
+    u.input_tokens += used.input_tokens
+    u.output_tokens += used.output_tokens
+    u.cached_tokens += used.cached_tokens
+    u.model_calls += used.calls
+    u.retries += used.retries
+    u.cost_usd += used.cost_usd
 
 
 def _agent_failed(r: _Rollout, exc: AgentError, index: int | None) -> None:
+    if exc.usage is not None:
+        _add_usage(r, exc.usage)
+    if exc.extra:
+        r.transcript.emit("agent_failure", step=index, usage=exc.usage.model_dump() if exc.usage else None, extra=exc.extra)
     if exc.infra:
         r.infra_error("agent", exc)
     else:

@@ -19,7 +19,7 @@ from .tasks.models import Instance
 
 Status = Literal["completed", "misbehaved", "infra_error"]
 StepEnd = Literal[
-    "submit", "text", "agent_finished", "turn_budget", "token_budget", "step_time", "rollout_time",
+    "submit", "text", "agent_finished", "turn_budget", "token_budget", "cost_budget", "step_time", "rollout_time",
     "agent_error", "not_reached",
 ]
 
@@ -54,6 +54,7 @@ class Usage(_Model):
     cached_tokens: int = 0
     model_calls: int = 0
     retries: int = 0
+    cost_usd: float = Field(0.0, description="Model spend, from the model config's pricing (0 without one).")
     turns: int = 0
     tool_calls: int = 0
     cpu_s: float = Field(0.0, description="CPU time of all student processes (cgroup accounting).")

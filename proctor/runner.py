@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .agents.model_config import ModelConfig
 from .agents.scripted import make_agent
 from .harness import RolloutConfig, run_rollout
 from .results import RolloutResult
@@ -29,16 +30,17 @@ def run_many(
     config: RolloutConfig | None = None,
     parallel: int = 1,
     on_result: Callable[[RolloutResult], None] | None = None,
+    model: ModelConfig | None = None,
 ) -> list[RolloutResult]:
     """Run `n` rollouts of a task (or of a family, with seeds seed, seed+1, ...). Configuration
     errors (unknown task, bad agent, bad parameters) surface before any rollout starts."""
     # Fail fast on a bad id, parameters or agent before spending anything.
     with resolved(env, ident, seed=seed, difficulty=difficulty, params=params) as (task, _):
-        make_agent(agent_spec, task).close()
+        make_agent(agent_spec, task, model).close()
 
     def one(i: int) -> RolloutResult:
         with resolved(env, ident, seed=seed + i, difficulty=difficulty, params=params) as (task, instance):
-            result = run_rollout(task, make_agent(agent_spec, task), out_dir, instance=instance, config=config,
+            result = run_rollout(task, make_agent(agent_spec, task, model), out_dir, instance=instance, config=config,
                                  env_dir=env.directory)
         if on_result:
             on_result(result)

@@ -23,6 +23,18 @@ class AgentError(ProctorError):
     def __init__(self, message: str, *, infra: bool = True) -> None:
         super().__init__(message)
         self.infra = infra
+        self.usage: TurnUsage | None = None
+        """What the failed turn cost (calls, retries, tokens), counted in the result."""
+        self.extra: dict[str, Any] = {}
+        """Provider data for the transcript (the retries made, the empty replies seen)."""
+
+
+class AgentTimeout(AgentError):
+    """The step's time ran out while the agent was waiting for its model: the step ends by time,
+    like a tool call cut at the deadline (not an infra error)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, infra=False)
 
 
 class Observation(BaseModel):
@@ -44,6 +56,7 @@ class TurnUsage(BaseModel):
     cached_tokens: int = 0
     calls: int = 0
     retries: int = 0
+    cost_usd: float = 0.0
 
 
 class AgentTurn(BaseModel):

@@ -1,5 +1,6 @@
 """Agents that need no model: a script replayed turn by turn, the task's oracle, and the null
-agent (does nothing), used by tests, hack reproductions, the demo and the red team."""
+agent (does nothing), used by tests, hack reproductions, the demo and the red team; and
+`make_agent`, which builds any agent (model-driven ones too) from its `--agent` spec."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ..errors import ConfigError
 from ..tasks.models import Script, Task
 from ..tools.base import ToolCall
 from .base import Agent, AgentTurn, Observation
+from .model_config import ModelConfig
 
 
 class ScriptedAgent(Agent):
@@ -38,8 +40,9 @@ class NullAgent(Agent):
         return AgentTurn(finished=True)
 
 
-def make_agent(spec: str, task: Task) -> Agent:
-    """`script:PATH`, `oracle` or `null`; anything else is a ConfigError naming the choices."""
+def make_agent(spec: str, task: Task, model: ModelConfig | None = None) -> Agent:
+    """`script:PATH`, `oracle`, `null` or `model:NAME` (with `model`, the run's model config, for
+    everything but the name); anything else is a ConfigError naming the choices."""
     kind, _, arg = spec.partition(":")
     if kind == "script" and arg:
         return ScriptedAgent(Script.load(Path(arg)))
@@ -52,5 +55,10 @@ def make_agent(spec: str, task: Task) -> Agent:
     if kind == "null" and not arg:
         return NullAgent()
     if kind == "model":
-        raise ConfigError("--agent model:NAME is not available yet (it comes with the model-driven agent loop)")
-    raise ConfigError(f"unknown agent {spec!r}; use script:PATH, oracle or null")
+        from .model import ModelAgent
+
+        if not arg and model is None:
+            raise ConfigError("--agent model:NAME needs the model's name (or a --model-config file naming it)")
+        config = model.model_copy(update={"model": arg}) if model and arg else model or ModelConfig(model=arg)
+        return ModelAgent(config)
+    raise ConfigError(f"unknown agent {spec!r}; use script:PATH, oracle, null or model:NAME")

@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -45,6 +45,9 @@ class Limits(_Frozen):
     rollout_time_s: float = Field(3600.0, gt=0, description="Wall time of the whole rollout's agent work; grading gets its judges' own bounds on top.")
     max_turns: int = Field(200, ge=1, description="Most agent turns in the whole rollout.")
     max_tokens: int | None = Field(None, ge=1, description="Most model tokens (input + output) in the whole rollout; None: unlimited.")
+    max_cost_usd: float | None = Field(None, gt=0, description="Most model spend in the whole rollout (from the model config's pricing); None: unlimited.")
+    on_budget: Literal["judge", "zero"] = Field("judge", description="When a turn, token or cost budget ends a step: judge what is there, or score it 0.")
+    announce_budget: bool = Field(False, description="Tell the agent after each turn's tool results how many turns, tokens, dollars and seconds are left.")
 
     def sandbox_limits(self) -> SandboxLimits:
         return SandboxLimits(

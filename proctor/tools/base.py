@@ -29,6 +29,7 @@ class ToolCall(BaseModel):
     name: str = Field(description="Tool name, e.g. 'bash'.")
     arguments: dict[str, Any] = Field(default_factory=dict, description="Arguments as the model sent them (JSON object).")
     id: str | None = Field(None, description="The model provider's call id, if any.")
+    malformed: str | None = Field(None, description="Why the model's arguments could not be read (not JSON, not an object); the call is answered with this error and not run.")
 
 
 class ToolResult(BaseModel):
