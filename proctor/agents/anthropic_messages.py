@@ -47,7 +47,7 @@ class AnthropicMessages:
         if extra:
             kwargs["extra_body"] = extra
         response = self.client.messages.create(**kwargs, timeout=timeout)
-        return self.parse(response.model_dump() if hasattr(response, "model_dump") else response)
+        return self.parse(response.model_dump(warnings=False) if hasattr(response, "model_dump") else response)
 
     def messages(self, entries: list[Entry]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

@@ -51,7 +51,7 @@ class OpenAIChat:
         if extra:
             kwargs["extra_body"] = extra
         response = self.client.chat.completions.create(**kwargs, timeout=timeout)
-        return self.parse(response.model_dump() if hasattr(response, "model_dump") else response)
+        return self.parse(response.model_dump(warnings=False) if hasattr(response, "model_dump") else response)
 
     def messages(self, system: str, entries: list[Entry]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
