@@ -79,8 +79,8 @@ def _cmdlines_without_key(record: Recorded) -> None:
 # -- end to end through `proctor run` ------------------------------------------------------------
 
 def test_proctor_run_with_an_openai_compatible_server(tmp_path):
-    probe = ("echo 42 > /workdir/answer.txt; env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; "
-             "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '")
+    # What the student can see of its own world: its environment and every process's arguments.
+    probe = "echo 42 > /workdir/answer.txt; env; tr '\\0' '\\n' < /proc/self/environ; ps -eo args"
     script = [openai_reply(tool="bash", arguments={"command": probe}, reasoning="I should write it.", token_ids=True, usage=(120, 30, 100)),
               openai_reply(tool="submit", arguments={}, usage=(200, 10, 120))]
     with FakeProvider(script, on_request=_cmdlines_without_key) as server:

@@ -3,7 +3,9 @@ the provider formats (multi-step pairing, reasoning passback, odd replies) over 
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 from email.utils import format_datetime
 from datetime import datetime, timedelta, timezone
 
@@ -169,3 +171,35 @@ def test_pruning_off_by_default_and_with_strategy_none():
     history = _history([100_000] * 5, 1)
     assert prune(history, ContextPolicy()) is None
     assert prune(history, ContextPolicy(window_tokens=1000, strategy="none")) is None
+
+
+# -- a real model behind a RubricJudge ---------------------------------------------------------------
+
+def _rubric_verdict(server: FakeProvider, provider: str = "openai", **retry):
+    from proctor.judges import JudgeContext, RubricJudge
+    from proctor.judges.base import evaluate
+    from proctor.judges.provider_model import ProviderJudgeModel
+
+    url = server.anthropic_url if provider == "anthropic" else server.openai_url
+    model = ProviderJudgeModel(ModelConfig(provider=provider, model="judge", base_url=url, retry={"base_delay_s": 0.01, **retry}))
+    judge = RubricJudge(rubric="Names the capital of France.", model=model, retries=1, timeout_s=30)
+    try:
+        return evaluate(judge, JudgeContext(submission=Path("/nonexistent"), answer="The capital of France is Paris."))
+    finally:
+        model.close()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_provider_model_grades_for_a_rubric_judge_through_retries(provider):
+    reply = openai_reply if provider == "openai" else anthropic_reply
+    with FakeProvider([Fail(503), reply(text='{"score": 8, "reason": "correct and brief"}')]) as server:
+        verdict = _rubric_verdict(server, provider)
+    assert verdict.score == pytest.approx(0.8) and not verdict.infra_error
+    prompt = server.requests[-1].body["messages"]
+    assert "Paris" in json.dumps(prompt)  # the submission reached the judge model, inside the judge's framing
+
+
+def test_a_judge_provider_that_keeps_failing_is_an_infra_error_not_a_zero():
+    with FakeProvider([Fail(503)] * 2) as server:
+        verdict = _rubric_verdict(server, max_attempts=2)
+    assert verdict.infra_error and "gave up after 2 tries" in verdict.explanation

@@ -27,47 +27,17 @@ agent is scrubbed of it)."""
 
 from __future__ import annotations
 
-import os
 import random
 import time
-from typing import Any, Protocol
+from typing import Any
 
 from ..tools.base import ToolCall
-from .base import Agent, AgentError, AgentTimeout, AgentTurn, Observation, TurnUsage
+from .base import Agent, AgentError, AgentTurn, Observation, TurnUsage
 from .conversation import AssistantTurn, History, Reply, ToolOutput, UserText, pending_calls, prune
 from .model_config import ModelConfig
-from .retry import classify, backoff_s
-from ..errors import ConfigError
+from .provider import REDACTED, ProviderClient, make_client, read_key, request_with_retries
 
-REDACTED = "[redacted key]"
 UNANSWERED = "[not run: an earlier call ended the step]"
-
-
-class ProviderClient(Protocol):
-    def request(self, system: str, tools: list[dict[str, Any]], entries: list, *, timeout: float) -> Reply: ...
-    def close(self) -> None: ...
-
-
-def read_key(config: ModelConfig) -> str:
-    """The key from the environment variable the config names. A local endpoint (base_url set)
-    may need none; a hosted provider without its key is a ConfigError naming the variable."""
-    key = os.environ.get(config.key_env, "")
-    if key:
-        return key
-    if config.base_url:
-        return "not-needed"
-    raise ConfigError(f"environment variable {config.key_env} is not set; it must hold the {config.provider} API key "
-                      f"(or set api_key_env to the variable that does)")
-
-
-def make_client(config: ModelConfig, key: str) -> ProviderClient:
-    if config.provider == "anthropic":
-        from .anthropic_messages import AnthropicMessages
-
-        return AnthropicMessages(config, key)
-    from .openai_chat import OpenAIChat
-
-    return OpenAIChat(config, key)
 
 
 class ModelAgent(Agent):
@@ -155,48 +125,9 @@ class ModelAgent(Agent):
                 self.history.add(UserText(o.text))
 
     def _request(self, deadline: float, usage: TurnUsage, retries: list[dict[str, Any]]) -> Reply:
-        policy = self.config.retry
-        auth_failures = 0
-        attempt = 0
-        while True:
-            attempt += 1
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AgentTimeout("the step's time ran out before the model replied")
-            timeout = min(policy.request_timeout_s, left)
-            usage.calls += 1
-            try:
-                reply = self._client.request(self._system, self._tools, self.history.entries, timeout=timeout)
-            except Exception as exc:  # noqa: BLE001 - classified below; anything unknown is fatal
-                failure = classify(exc)
-                message = self._redact(failure.message)
-                if failure.kind == "retry" and timeout < policy.request_timeout_s and time.monotonic() >= deadline - 0.05:
-                    raise AgentTimeout(f"the step's time ran out while waiting for the model ({message})") from None
-                if failure.kind == "fatal":
-                    raise AgentError(f"the provider refused the request, not retried: {message}") from None
-                if failure.kind == "context":
-                    raise AgentError(f"the conversation no longer fits the model's context window: {message}", infra=False) from None
-                if failure.kind == "auth":
-                    auth_failures += 1
-                    if auth_failures >= policy.auth_attempts:
-                        raise AgentError(f"the provider refused the key {auth_failures} times: {message}") from None
-                if attempt >= policy.max_attempts:
-                    raise AgentError(f"gave up after {attempt} tries: {message}") from None
-                if failure.retry_after_s is not None and failure.retry_after_s > policy.max_retry_after_s:
-                    raise AgentError(f"the provider asked to wait {failure.retry_after_s:.0f} s, more than max_retry_after_s: {message}") from None
-                wait = backoff_s(attempt, policy, self._rng, failure.retry_after_s)
-                if time.monotonic() + wait >= deadline:
-                    raise AgentError(f"the provider kept failing until the step's time ran out ({attempt} tries): {message}") from None
-                retries.append({"attempt": attempt, "status": failure.status, "error": message,
-                                "retry_after_s": failure.retry_after_s, "wait_s": round(wait, 3)})
-                self._sleep(wait)
-                continue
-            usage.input_tokens += reply.input_tokens
-            usage.output_tokens += reply.output_tokens
-            usage.cached_tokens += reply.cached_tokens
-            if self.config.pricing:
-                usage.cost_usd += self.config.pricing.cost(reply.input_tokens, reply.output_tokens, reply.cached_tokens)
-            return reply
+        return request_with_retries(self._client, self.config, self._system, self._tools, self.history.entries,
+                                    deadline=deadline, usage=usage, retries=retries, rng=self._rng, sleep=self._sleep,
+                                    redact=self._redact)
 
     # -- the key never leaves ------------------------------------------------------------------
     def _redact(self, text: str) -> str:
