@@ -164,6 +164,16 @@ def test_harness_secrets_do_not_reach_the_student(sandbox, monkeypatch):
         assert st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
+def test_the_students_python_is_the_student_runtime(sandbox):
+    """Regression: bubblewrap made the runtime's missing parents (/opt, /opt/proctor) 0700, so the
+    student's `python3` silently fell back to the system interpreter without the runtime's packages."""
+    from proctor.sandbox.runtime import DEFAULT_RUNTIME
+
+    res = sandbox.run("command -v python3; python3 -c 'import sys, numpy; print(sys.prefix)'")
+    assert res.exit_code == 0, res.text
+    assert res.text.split() == [f"{DEFAULT_RUNTIME}/bin/python3", str(DEFAULT_RUNTIME)]
+
+
 @pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "PATH", "BASH_ENV"])
 def test_a_task_cannot_give_students_code_loading_variables(name):
     with pytest.raises(ValidationError, match=name):

@@ -100,6 +100,11 @@ def bwrap_args(spec: SandboxSpec, places: Places, runtime: str | None) -> list[s
         "--bind", str(places.workdir), "/workdir",
     ]
     if runtime:
+        # bubblewrap makes missing parents 0700, which the student could not enter: the runtime
+        # would be unreachable and `python3` would silently fall back to the system's.
+        for parent in reversed(Path(runtime).parents):
+            if str(parent) != "/":
+                args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", runtime, runtime]
     if spec.data_dir:
         args += ["--ro-bind", _existing_dir(spec.data_dir, "data_dir"), "/data"]
