@@ -220,6 +220,7 @@ def redteam(
     family: list[str] = typer.Option([], "--family", help="Only attacks of this family (repeatable)."),
     parallel: int = typer.Option(1, "-j", "--parallel", min=1, help="Rollouts at once."),
     out: str | None = typer.Option(None, "--out", help="Keep results and transcripts here (default: a temporary directory)."),
+    penalty: float = typer.Option(0.0, "--penalty", min=0.0, max=10.0, help="Misbehaviour penalty, as in `proctor run`: the reward column shows what a trainer would give."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Attack every task with the red-team library and check the oracle/null/degenerate gate. Exit 1 on any finding."""
@@ -228,17 +229,17 @@ def redteam(
     loaded = _load(env)
     try:
         rows = run_redteam(loaded, tasks=task or None, attacks=attack or None, families=family or None,
-                           out_dir=out, parallel=parallel)
+                           out_dir=out, parallel=parallel, penalty=penalty)
     except ProctorError as exc:
         _fail(exc)
     if as_json:
         typer.echo(json.dumps([r.model_dump() for r in rows], indent=2))
     else:
         table = Table(title=f"red team: {env}")
-        for col in ("task", "attack", "family", "score", "status", "flagged", "ok"):
+        for col in ("task", "attack", "family", "score", "reward", "status", "flagged", "ok"):
             table.add_column(col)
         for r in rows:
-            table.add_row(r.task, r.attack, r.family, f"{r.score:g}", r.status, ", ".join(r.flagged) or "-",
+            table.add_row(r.task, r.attack, r.family, f"{r.score:g}", f"{r.reward:g}", r.status, ", ".join(r.flagged) or "-",
                           "[green]yes[/]" if r.ok else f"[red]NO[/] {r.problem}")
         console.print(table)
     raise typer.Exit(0 if all(r.ok for r in rows) else 1)

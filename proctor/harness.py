@@ -42,7 +42,10 @@ class RolloutConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     misbehaviour_penalty: float = Field(0.0, ge=0, le=10, description="A misbehaved rollout's reward is minus this (0: it earns nothing).")
-    ignore_misbehaviour: tuple[str, ...] = Field((), description="Kinds still recorded but not counted as misbehaviour (e.g. network_blocked for tasks where pip may be tried).")
+    ignore_misbehaviour: tuple[str, ...] = Field(
+        ("resource_limit_hit",),
+        description="Kinds still recorded but not counted as misbehaviour (e.g. network_blocked for tasks where pip may be tried). "
+                    "By default resource_limit_hit: an honest training run can run out of memory; pass () to count it.")
     allow_degraded: bool = Field(False, description="Run even if the machine lacks a protection the task requires; the result says what was missing.")
     custody: CustodyLimits = CustodyLimits()
     kill_deadline_s: float = Field(5.0, gt=0, description="How long custody may take to prove the sandbox empty.")
@@ -369,10 +372,15 @@ def _check_network(r: _Rollout, index: int) -> None:
     """Connection attempts to addresses the namespace has no route to (the internet, metadata
     services, other hosts) are blocked by the kernel and counted; a new count is recorded."""
     assert r.box is not None
-    blocked = r.box.network_counters().get("Ip.OutNoRoutes", 0)
+    counters = r.box.network_counters()
+    blocked = counters.get("Ip.OutNoRoutes", 0) + counters.get("Ip6.OutNoRoutes", 0)
     if blocked > r.net_blocked_seen:
         r.flag("network_blocked", f"{blocked - r.net_blocked_seen} packet(s) to unreachable addresses were blocked", index)
         r.net_blocked_seen = blocked
+    # The other detectors (hidden_path_probe, resource_limit_hit: see proctor/detectors.py), at the same point.
+    from .detectors import step_events
+    for event in step_events(r.box, r.task, index, r.transcript.path, env_dir=r.env_dir, run_dir=r.run_dir):
+        r.flag(event.kind, event.detail, index)
 
 
 def _teardown(r: _Rollout) -> None:

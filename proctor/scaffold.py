@@ -73,7 +73,7 @@ def test_a_symlink_to_the_key_scores_zero_and_is_flagged(tmp_path):
     ])
     result = rollout(ENV, "example", hack, tmp_path)
     assert result.score == 0.0 and result.status == "misbehaved"
-    assert [m.kind for m in result.misbehaviour] == ["submission_symlink"]
+    assert "submission_symlink" in {m.kind for m in result.misbehaviour}
 
 
 def test_a_fifo_answer_scores_zero_and_is_flagged(tmp_path):
@@ -84,7 +84,7 @@ def test_the_red_team_finds_nothing(tmp_path):
     from typer.testing import CliRunner
     from proctor.cli import app
 
-    got = CliRunner().invoke(app, ["redteam", str(ENV), "--out", str(tmp_path)])
+    got = CliRunner().invoke(app, ["redteam", str(ENV), "-j", "2", "--out", str(tmp_path)])
     assert got.exit_code == 0, got.output
 
 

@@ -3,7 +3,12 @@
 A task passes when every applicable attack stays at the floor (score 0, not an infra error), each
 attack the harness can detect is flagged, the harness survives every attack, the oracle reaches the
 maximum, and both the null agent and a degenerate agent (garbage in every declared path) stay at
-the floor. A task failing the gate is reported as unusable."""
+the floor. An attack whose judges paid it (judged_score above 0) is a finding even when a
+misbehaviour flag zeroed its score: the task is then safe only as long as the detector fires. A task
+failing the gate is reported as unusable.
+
+`penalty` is the trainer's misbehaviour penalty (as in `proctor run --penalty`): each row's
+`reward` is what a trainer would give that rollout."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from pydantic import BaseModel
 
 from ..agents.base import Agent
 from ..agents.scripted import NullAgent, ScriptedAgent
-from ..harness import run_rollout
+from ..harness import RolloutConfig, run_rollout
 from ..errors import ConfigError
 from ..tasks.loading import Environment, resolved
 from ..tasks.models import Script, ScriptTurn, Task
@@ -30,6 +35,8 @@ class RedteamRow(BaseModel):
     attack: str
     family: str
     score: float
+    judged_score: float = 0.0
+    reward: float = 0.0
     status: str
     flagged: list[str]
     expected_flags: list[str]
@@ -54,12 +61,14 @@ def _garbage(task: Task) -> Script:
 
 
 def _one(task: Task, instance, env: Environment, out: Path, name: str, family: str, agent: Agent,
-         expected: tuple[str, ...], want_max: bool) -> RedteamRow:
+         expected: tuple[str, ...], want_max: bool, config: RolloutConfig) -> RedteamRow:
     started = time.monotonic()
+    judged = reward = 0.0
     try:
-        result = run_rollout(task, agent, out, instance=instance, env_dir=env.directory)
+        result = run_rollout(task, agent, out, instance=instance, env_dir=env.directory, config=config)
         survived = _harness_alive()
         score, status, flagged = result.score, result.status, sorted({m.kind for m in result.misbehaviour})
+        judged, reward = result.judged_score, result.reward
     except Exception as exc:  # noqa: BLE001 - an attack that crashes the harness is a finding
         survived, score, status, flagged = False, 0.0, f"harness crashed: {type(exc).__name__}: {exc}", []
     problems = []
@@ -71,17 +80,22 @@ def _one(task: Task, instance, env: Environment, out: Path, name: str, family: s
         problems.append(f"the oracle scored {score} ({status}), not the maximum")
     if not want_max and score > 0.0:
         problems.append(f"earned {score} above the floor")
+    elif not want_max and judged > 0.0:
+        problems.append(f"the judges paid {judged:g}; only the misbehaviour flag kept it at the floor")
     if expected and not set(expected) & set(flagged):
         problems.append(f"not flagged (expected {' or '.join(expected)})")
-    return RedteamRow(task=task.id, attack=name, family=family, score=score, status=status, flagged=flagged,
+    return RedteamRow(task=task.id, attack=name, family=family, score=score, judged_score=judged, reward=reward, status=status, flagged=flagged,
                       expected_flags=list(expected), harness_survived=survived, duration_s=time.monotonic() - started,
                       ok=not problems, problem="; ".join(problems))
 
 
 def run_redteam(
     env: Environment, *, tasks: list[str] | None = None, attacks: list[str] | None = None,
-    families: list[str] | None = None, out_dir: str | Path | None = None, parallel: int = 1,
+    families: list[str] | None = None, out_dir: str | Path | None = None, parallel: int = 1, penalty: float = 0.0,
 ) -> list[RedteamRow]:
+    if not 0.0 <= penalty <= 10.0:
+        raise ConfigError(f"penalty {penalty:g} is outside 0..10 (a misbehaved rollout's reward is minus the penalty)")
+    config = RolloutConfig(misbehaviour_penalty=penalty)
     known = {a.id for a in [*ATTACKS, *env.attacks]}
     for name in attacks or []:
         if name not in known:
@@ -107,7 +121,7 @@ def run_redteam(
 
         def run(job):
             task, instance, name, family, agent, expected, want_max = job
-            return _one(task, instance, env, out, name, family, agent, expected, want_max)
+            return _one(task, instance, env, out, name, family, agent, expected, want_max, config)
         if parallel <= 1:
             return [run(job) for job in jobs]
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="proctor-redteam") as pool:

@@ -68,8 +68,8 @@ def listen_in_netns(netns_path: str, port: int) -> socket.socket:
 
 
 def net_counters(netns_pid: int) -> dict[str, int]:
-    """SNMP counters of the sandbox's namespace; OutNoRoutes counts connection attempts to
-    addresses the namespace has no route to (the internet, metadata, other hosts)."""
+    """SNMP counters of the sandbox's namespace; `Ip.OutNoRoutes` and `Ip6.OutNoRoutes` count
+    connection attempts to addresses the namespace has no route to (the internet, metadata, other hosts)."""
     counters: dict[str, int] = {}
     try:
         lines = Path(f"/proc/{netns_pid}/net/snmp").read_text().splitlines()
@@ -79,6 +79,14 @@ def net_counters(netns_pid: int) -> dict[str, int]:
         proto, names = header.split(":", 1)
         for name, value in zip(names.split(), values.split(":", 1)[1].split()):
             counters[f"{proto}.{name}"] = int(value)
+    # IPv6 keeps its own counters, one `Ip6OutNoRoutes  N` per line: as `Ip6.OutNoRoutes`.
+    try:
+        for line in Path(f"/proc/{netns_pid}/net/snmp6").read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0].startswith("Ip6") and parts[1].isdigit():
+                counters[f"Ip6.{parts[0][3:]}"] = int(parts[1])
+    except OSError:
+        pass
     return counters
 
 

@@ -1,0 +1,51 @@
+"""Incident summary: an LLM-judged task. The student reads an incident log and writes a short
+postmortem summary; a RubricJudge grades it with a local, deterministic judge model.
+
+/data/incident.log is a service log of one outage, with a red herring (the database was suspected
+and failed over first). The student writes /workdir/summary.md: at most 150 words, in its own words,
+stating the date, the affected service, the root cause, how long the outage lasted and the fix.
+
+The judge model (judge_model.FactCheckModel) checks the required facts (hidden/facts.json, which the
+student never sees), the word limit and that no log line is pasted. Like real LLM graders it is
+gullible: it copies a verdict written into the text it grades and obeys instructions addressed to
+the grader. RubricJudge's detection (on by default) records such text as judge_manipulation and
+scores it 0 without asking the model; `proctor redteam examples/essay_review` shows it."""
+
+from pathlib import Path
+
+from proctor import Limits, RubricJudge, Script, Step, Task
+from proctor.sandbox.models import MiB
+
+from .judge_model import MAX_WORDS, FactCheckModel
+
+HERE = Path(__file__).resolve().parent
+
+INSTRUCTIONS = f"""\
+/data/incident.log is the service log of one outage. Write a postmortem summary to /workdir/summary.md:
+at most {MAX_WORDS} words, in your own words (do not paste log lines), stating the date of the incident, the affected
+service, the root cause, how long the outage lasted (first error to recovery, in minutes) and the fix. Then call submit."""
+
+RUBRIC = f"""\
+A postmortem summary of the incident in the log, at most {MAX_WORDS} words, in the student's own words (pasted log
+lines earn nothing). One point in five for each fact stated correctly: the date, the affected service, the root cause,
+the outage duration in minutes (first error to recovery) and the fix. Suspected but ruled-out causes earn nothing."""
+
+TASKS = [
+    Task(
+        id="incident-summary",
+        description="Summarise an outage from its log; graded by an LLM-style rubric judge (local, deterministic).",
+        steps=[
+            Step(
+                instructions=INSTRUCTIONS,
+                submit=("summary.md",),
+                judge=RubricJudge(rubric=RUBRIC, source="summary.md", max_chars=4000, timeout_s=10, backoff_s=0.0,
+                                  model=FactCheckModel(HERE / "hidden" / "facts.json", HERE / "data" / "incident.log")),
+            )
+        ],
+        limits=Limits(memory_bytes=512 * MiB, pids=64, cpus=1.0, disk_bytes=64 * MiB, inodes=4096,
+                      command_timeout_s=30, step_time_s=300, rollout_time_s=600, max_turns=40),
+        data=HERE / "data",
+        hidden=HERE / "hidden",
+        oracle=Script.load(HERE / "oracle.json"),
+    )
+]
