@@ -1,0 +1,106 @@
+"""The family maker: (seed, difficulty, params) -> a Task whose workdir holds the slow baseline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from proctor import Family, Limits, Script, Step, Task
+from proctor.sandbox.models import GiB, MiB
+from proctor.tasks.models import ScriptTurn
+
+from .evidence import ATOL, RTOL
+from .judge import NOISE_FLOOR, KernelSpeedJudge
+from .kernels import DIFFICULTIES, KERNELS, KernelSpec, instance_params, kernel_for
+
+HERE = Path(__file__).resolve().parent
+SUBMISSION = "kernel.py"
+
+INSTRUCTIONS = """\
+Make a numerical kernel fast, without changing what it computes.
+
+/workdir/kernel.py defines `{signature}`:
+    {definition}
+It is correct but slow (Python loops over every element). Rewrite it to be as fast as you can; only
+/workdir/kernel.py is graded, so keep everything in that one module (numpy is available: run
+python3 for the numpy runtime). Inputs are float64 numpy arrays; return a numpy array (float64 or
+float32) of the stated shape.
+
+This instance: {params_text}.
+Every call gets (rows, cols) with rows in [{rows[0]}, {rows[1]}] and cols in [{cols[0]}, {cols[1]}],
+drawn afresh at grading time, with fresh values.
+
+Grading: your module is imported in a fresh sandbox with ONE CPU core and called {calls} times,
+interleaved with the baseline on the same inputs. Every call is checked against a float64
+reference: each element must satisfy |out - ref| <= {rtol:g} * |ref| + {atol:g} * rms(ref)
+(float32 arithmetic passes; anything coarser fails). One wrong call scores 0. The cost of a call
+is the CPU time of your whole sandbox during the call (at least a tenth of its wall time),
+measured from outside your process, so threads or extra processes buy nothing; using more than
+one core, working between calls, patching clocks or returning cached or stale results is
+recorded as misbehaviour and scores 0.
+speedup = median over the timed calls of baseline cost / your cost;
+score = min(1, max(0, log(speedup / {floor:g}) / log({target:g} / {floor:g}))): nothing up to {floor:g}x
+(timing noise), the full score from {target:g}x.
+
+/workdir/baseline.py is a copy of the baseline and `python3 /workdir/bench.py` compares the two
+locally. When you are done, call submit."""
+
+
+def _params_text(spec: KernelSpec, params: dict[str, Any]) -> str:
+    if not params:
+        return "no scalar parameters"
+    names = {"temperature": "T (temperature)", "eps": "eps", "taps": "taps (filter length)"}
+    return ", ".join(f"{names.get(k, k)} = {v}" for k, v in params.items()) + " (the same in every call)"
+
+
+def _bench(spec: KernelSpec, params: dict[str, Any], difficulty: int) -> str:
+    level = spec.levels[difficulty]
+    inputs = (HERE / "inputs.py").read_text().split('"""', 2)[2]  # without its module docstring
+    text = (HERE / "bench.py.template").read_text()
+    for key, value in {"__KERNEL__": repr(spec.name), "__PARAMS__": json.dumps(params), "__ROWS__": repr(level.shapes.rows),
+                       "__COLS__": repr(level.shapes.cols), "__RTOL__": repr(RTOL), "__ATOL__": repr(ATOL), "__INPUTS__": inputs}.items():
+        text = text.replace(key, value)
+    return text
+
+
+def make(seed: int, difficulty: int, params: dict[str, Any], workspace: Path) -> Task:
+    spec = kernel_for(seed, str(params.get("kernel") or ""))
+    level = spec.levels[difficulty]
+    kparams = instance_params(spec, seed, difficulty)
+    baseline = (HERE / "baselines" / f"{spec.name}.py").read_text()
+    workdir = workspace / "workdir"
+    workdir.mkdir()
+    (workdir / SUBMISSION).write_text(baseline)
+    (workdir / "baseline.py").write_text(baseline)
+    (workdir / "bench.py").write_text(_bench(spec, kparams, difficulty))
+    judge = KernelSpeedJudge(kernel=spec.name, difficulty=difficulty, params=kparams, baseline=baseline, path=SUBMISSION)
+    instructions = INSTRUCTIONS.format(
+        signature=spec.signature, definition=spec.definition, params_text=_params_text(spec, kparams),
+        rows=level.shapes.rows, cols=level.shapes.cols, calls=judge.warmup + judge.timed, rtol=RTOL, atol=ATOL,
+        target=level.target_speedup, floor=NOISE_FLOOR,
+    )
+    oracle = Script(name=f"oracle:{spec.name}", turns=[
+        ScriptTurn(tool="write_file", arguments={"path": f"/workdir/{SUBMISSION}", "content": (HERE / "solutions" / f"{spec.name}.py").read_text()}),
+        ScriptTurn(tool="submit", arguments={}),
+    ])
+    return Task(
+        id=f"fast-kernel-{spec.name.replace('_', '-')}-{seed}-{difficulty}",
+        description=f"Speed up {spec.signature} (difficulty {difficulty}, target {level.target_speedup:g}x) without changing its output.",
+        steps=[Step(instructions=instructions, submit=(SUBMISSION,), judge=judge)],
+        limits=Limits(memory_bytes=1 * GiB, pids=64, cpus=1.0, disk_bytes=64 * MiB, inodes=2000, command_timeout_s=60,
+                      max_command_timeout_s=120, step_time_s=900, rollout_time_s=1200, max_turns=80),
+        workdir_files=workdir,
+        oracle=oracle,
+        params={"kernel": spec.name, **kparams, "target_speedup": level.target_speedup},
+    )
+
+
+FAMILY = Family(
+    id="fast-kernel",
+    description="Make a numerical kernel (softmax, layer norm, conv1d, linear scan) fast; scored by speedup, gated on correctness.",
+    make=make,
+    difficulties=DIFFICULTIES,
+    default_params={"kernel": ""},
+)
+KINDS = tuple(KERNELS)
