@@ -245,3 +245,19 @@ def test_a_harness_killed_mid_rollout_leaves_a_readable_transcript_and_its_sandb
     subprocess.run([str(PROCTOR), "run", str(EXAMPLE), "--task", "q3-revenue", "--agent", "null", "--out",
                     str(tmp_path / "again")], check=True, capture_output=True, timeout=60)
     assert not (set(os.listdir(sandboxes)) & left)
+
+
+def test_an_environment_loaded_from_many_threads_at_once_is_whole(tmp_path):
+    """A package is in sys.modules before its code has run: a second thread must not see it half made."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from proctor.tasks.loading import load_environment
+
+    env = tmp_path / "slow_env"
+    env.mkdir()
+    (env / "__init__.py").write_text(
+        "import time\nfrom proctor import Task, Step, ExactAnswer\ntime.sleep(0.3)\n"
+        "TASKS = [Task(id='t', steps=[Step(instructions='x', submit=('a.txt',), judge=ExactAnswer(path='a.txt', expected='1'))])]\n")
+    with ThreadPoolExecutor(4) as pool:
+        loaded = list(pool.map(lambda _: load_environment(str(env)), range(4)))
+    assert all(list(e.tasks) == ["t"] for e in loaded)

@@ -15,6 +15,7 @@ import re
 import secrets
 import shutil
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,7 +59,17 @@ def describe_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+# One import at a time: a package is in sys.modules before its code has run, so a second thread
+# would otherwise get a half-initialised module (without its TASKS yet).
+_IMPORT_LOCK = threading.RLock()
+
+
 def _import(env: str) -> tuple[ModuleType, Path | None]:
+    with _IMPORT_LOCK:
+        return _import_unlocked(env)
+
+
+def _import_unlocked(env: str) -> tuple[ModuleType, Path | None]:
     path = Path(env)
     if path.exists() or os.sep in env or env.startswith("."):
         if not path.is_dir():
