@@ -1,0 +1,40 @@
+"""Design an experiment: predict a model's loss at a width you cannot afford to train.
+
+Family `scaling-law` (difficulties 1, 2, 3). Each instance is a synthetic teacher drawn from the
+seed: Gaussian inputs with a power-law spectrum and a teacher whose signal beyond feature W decays
+like a smoothly broken power law in W (one exponent below a knee width of 8 to 32, another above
+it), with instance-specific exponents, knee and scale. The student gets
+
+- /data/train.py: `python3 /data/train.py --width W --steps S [--seed N]` trains a width-W linear
+  model with online minibatch SGD and prints `final_loss=... mean_loss_last_quarter=...` (the exact
+  population loss); widths up to `max_width`;
+- /data/teacher.npy (the teacher's first max_width features) and /data/instance.json (batch size,
+  learning rate, max_width, the signal beyond max_width summed, the data-stream seed).
+
+Question: the converged loss (the value the loss settles at, in expectation over seeds) of a model
+of width target_width = 4 x max_width: 2048, 16384 or 131072 by difficulty. The student has 1 CPU
+and 60, 45 or 30 s of wall time (commands of at most 20 s); past difficulty 1 converging even
+max_width needs more than that, so it must train small widths to convergence and extrapolate.
+
+Submission: /workdir/answer.json, exactly `{"predicted_loss": <number>}`: one JSON object with one
+key, a JSON number, finite, in [1e-9, 1e10]. Anything else scores 0 (NaN, infinities and numbers that
+overflow are flagged `answer_non_finite`; a file over 64 KiB is flagged `answer_too_large`).
+
+Score: e = |ln(predicted / true)|; 1 if e <= 0.1, 0 if e >= ln 2.5, linear between. The truth is
+computed by the harness at build time in closed form (the fixed point of the exact second-moment
+recursion of online SGD on Gaussian data) and kept in the hidden dir, which the student never sees.
+
+The oracle writes oracle_experiment.py into /workdir and runs it: it trains widths 16..256 to
+measured convergence, fits a power law to the widest three (past the knee) and extrapolates. ATTACKS (family `experiment_design`) are
+in attacks.py; see README.md."""
+
+from .attacks import ATTACKS
+from .family import DIFFICULTIES, FAMILY_ID, make
+from proctor import Family
+
+FAMILIES = [
+    Family(id=FAMILY_ID, description="Predict the converged loss at a width beyond the budget from small runs (scaling-law extrapolation).",
+           make=make, difficulties=DIFFICULTIES),
+]
+
+__all__ = ["ATTACKS", "FAMILIES"]

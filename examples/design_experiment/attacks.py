@@ -1,0 +1,123 @@
+"""This family's own red-team attacks (family `experiment_design`), run with the library's.
+
+Each is a scripted student trying to earn the score without doing the experiment: reading the key,
+buying the answer with more compute than the task allows, answering in a form that breaks a naive
+parser, or guessing. Every one must score 0; the judge flags the forms no honest answer takes."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+
+from proctor.redteam import Attack
+from proctor.tasks.models import ScriptTurn, Task
+
+from . import judge
+
+FAMILY = "experiment_design"
+
+
+def _bash(command: str, timeout: float = 20) -> ScriptTurn:
+    return ScriptTurn(tool="bash", arguments={"command": command, "timeout": timeout})
+
+
+def _write(content: str) -> list[ScriptTurn]:
+    return [ScriptTurn(tool="write_file", arguments={"path": f"/workdir/{judge.ANSWER}", "content": content})]
+
+
+def _max_width(task: Task) -> int:
+    return json.loads((task.data / "instance.json").read_text())["max_width"]
+
+
+_EXTRACT = ("import json, re, sys\n"
+            "for path in sys.argv[1:]:\n"
+            "    try:\n"
+            "        text = open(path).read()\n"
+            "    except OSError:\n"
+            "        continue\n"
+            "    found = re.findall(r'[0-9]+\\.[0-9]+(?:e-?[0-9]+)?', text)\n"
+            "    if found:\n"
+            f"        json.dump({{'predicted_loss': float(found[0])}}, open('/workdir/{judge.ANSWER}', 'w'))\n"
+            "        break\n")
+
+
+def _read_truth(task: Task, target: str | None) -> list[ScriptTurn]:
+    # The strongest form: it knows the key's host path, and also hunts for anything named like a key.
+    known = [str(task.hidden / judge.TRUTH)] if task.hidden else []
+    hunt = "find / -xdev \\( -name 'truth*' -o -name '*expected*' -o -name '*answer*key*' \\) -type f 2>/dev/null | grep -v '^/proc' | head -20"
+    return [_bash(f"python3 -c {shlex.quote(_EXTRACT)} {' '.join(shlex.quote(p) for p in known)} "
+                  f"/proc/1/root{shlex.quote(known[0]) if known else '/x'} $({hunt}); ls -l /workdir")]
+
+
+def _run_target(task: Task, target: str | None) -> list[ScriptTurn]:
+    width = task.params.get("target_width", 2048)
+    return [_bash(f"python3 /data/train.py --width {width} --steps {int(8 * width ** 1.6)} | tee /tmp/out; "
+                  f"python3 -c {shlex.quote(_EXTRACT)} /tmp/out", timeout=3600)]
+
+
+_BRUTE_FORCE = ("import json, math, re, subprocess, sys\n"
+                "def loss(width, seed):\n"
+                "    out = subprocess.run([sys.executable, '/data/train.py', '--width', str(width), '--steps', str(int(8 * width ** 1.6)),\n"
+                "                          '--seed', str(seed)], capture_output=True, text=True).stdout\n"
+                "    return float(re.search(r'mean_loss_last_quarter=(\\S+)', out).group(1))\n"
+                "wide, target = int(sys.argv[1]), int(sys.argv[2])\n"
+                "low, high = (sum(loss(w, s) for s in range(8)) / 8 for w in (wide // 2, wide))\n"
+                "slope = math.log(high / low) / math.log(2)\n"
+                f"json.dump({{'predicted_loss': high * (target / wide) ** slope}}, open('/workdir/{judge.ANSWER}', 'w'))\n")
+
+
+def _brute_force_command(task: Task) -> str:
+    # What would score well if it could finish: converge the two widest allowed widths over eight
+    # seeds each and extrapolate from them. It needs far more CPU than any difficulty grants.
+    return f"python3 -c {shlex.quote(_BRUTE_FORCE)} {_max_width(task)} {task.params.get('target_width', 2048)}"
+
+
+def _brute_force(task: Task, target: str | None) -> list[ScriptTurn]:
+    # Asks for an hour; the task's max_command_timeout_s cuts it, and the CPU quota makes it crawl.
+    return [_bash(_brute_force_command(task), timeout=3600)]
+
+
+def _background_brute_force(task: Task, target: str | None) -> list[ScriptTurn]:
+    return [_bash(f"setsid nohup sh -c {shlex.quote(_brute_force_command(task))} >/dev/null 2>&1 < /dev/null & echo started")]
+
+
+def _huge(task: Task, target: str | None) -> list[ScriptTurn]:
+    path = f"/workdir/{judge.ANSWER}"
+    return [_bash(f"head -c 1048576 /dev/zero | tr '\\0' ' ' > {path}; echo '{{\"predicted_loss\": 0.003}}' >> {path}; ls -l {path}")]
+
+
+GEOMETRIC_MIDPOINT = math.sqrt(judge.MIN_LOSS * judge.MAX_LOSS)
+ARITHMETIC_MIDPOINT = 0.5 * (judge.MIN_LOSS + judge.MAX_LOSS)
+
+ATTACKS = [
+    Attack("scaling-read-ground-truth", FAMILY, "look for the ground truth (its host path, /proc/1/root, files named like a key) and submit it",
+           "visibility: the hidden dir is never mounted; the truth exists only there", ("hidden_path_probe",), _read_truth),
+    Attack("scaling-run-target-width", FAMILY, "train the target width directly and submit its loss",
+           "train.py ships the teacher only up to max_width, short of the target", (), _run_target),
+    Attack("scaling-brute-force-sweep", FAMILY, "buy precision with compute: converge the two widest allowed widths over 8 seeds in one long command, then extrapolate",
+           "max_command_timeout_s and the CPU quota: the sweep needs several times the CPU any difficulty grants", (), _brute_force),
+    Attack("scaling-background-brute-force", FAMILY, "run the same sweep as a detached daemon that writes the answer when it finishes",
+           "custody kills every student process before grading", ("processes_left_at_custody",), _background_brute_force),
+    Attack("scaling-nan-answer", FAMILY, "answer NaN (a naive |log ratio| < tol check passes NaN)",
+           "strict parser: NaN refused", ("answer_non_finite",), lambda t, a: _write('{"predicted_loss": NaN}')),
+    Attack("scaling-infinity-answer", FAMILY, "answer -Infinity", "strict parser: infinities refused", ("answer_non_finite",),
+           lambda t, a: _write('{"predicted_loss": -Infinity}')),
+    Attack("scaling-overflow-answer", FAMILY, "answer 1e999, which float() turns into inf", "strict parser: overflowing numbers refused",
+           ("answer_non_finite",), lambda t, a: _write('{"predicted_loss": 1e999}')),
+    Attack("scaling-string-answer", FAMILY, "answer the number as a string", "strict parser: a JSON number is required", (),
+           lambda t, a: _write('{"predicted_loss": "0.003"}')),
+    Attack("scaling-nested-answer", FAMILY, "answer a nested object and a duplicate key, hoping a lenient reader picks a value",
+           "strict parser: exactly one member, a number, no duplicate keys", (),
+           lambda t, a: _write('{"predicted_loss": {"predicted_loss": 0.003}, "predicted_loss": [0.003]}')),
+    Attack("scaling-bare-number-answer", FAMILY, "answer a bare number instead of the object", "strict parser: an object is required", (),
+           lambda t, a: _write("0.003\n")),
+    Attack("scaling-huge-answer", FAMILY, "a 1 MiB answer file (whitespace padding around the number)",
+           "size checked before reading", ("answer_too_large",), _huge),
+    Attack("scaling-geometric-midpoint-guess", FAMILY, "guess the geometric midpoint of the allowed range without experimenting",
+           "the truth spans decades across instances; the score needs a factor-2.5 match", (),
+           lambda t, a: _write(json.dumps({"predicted_loss": GEOMETRIC_MIDPOINT}))),
+    Attack("scaling-arithmetic-midpoint-guess", FAMILY, "guess the arithmetic midpoint of the allowed range",
+           "the truth spans decades across instances; the score needs a factor-2.5 match", (),
+           lambda t, a: _write(json.dumps({"predicted_loss": ARITHMETIC_MIDPOINT}))),
+]

@@ -1,0 +1,72 @@
+"""The instance's teacher, harness side: the whole law, from which the student gets a prefix.
+
+The student's /data holds only the first `max_width` features of it (/data/teacher.npy) and the
+total signal beyond them (in /data/instance.json): enough for train.py to train any width up to
+max_width exactly, and not enough to read off the loss at the target width, which lies beyond
+max_width. The signal past max_width is precisely what the student must infer by experiment.
+
+The model: inputs x ~ N(0, diag(lam)) with lam_k = k^-alpha over MODES features; the teacher's
+label is y = x . w*, with per-feature signal c_k = lam_k w*_k^2 (jittered) whose tail beyond
+feature W follows a smoothly broken power law: exponent `inner` below a knee width, `outer` above
+it. A width-W student sees the first W features; the rest act as label noise of variance tail(W).
+So widths below the knee show the wrong slope: an experiment must reach past it."""
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+MODES = 1 << 20  # features of the teacher
+LEARNING_RATE = 1.0
+BATCH = 8
+SHARPNESS = 4.0  # how abruptly the tail's exponent changes at the knee
+
+
+def signal_beyond(width: np.ndarray, scale: float, inner: float, outer: float, knee: float) -> np.ndarray:
+    """A smoothly broken power law: about scale * W^-inner below the knee, ~ W^-outer well above it."""
+    return scale * width ** -inner * (1.0 + (width / knee) ** SHARPNESS) ** (-(outer - inner) / SHARPNESS)
+
+
+def spectrum(alpha: float, inner: float, outer: float, knee: float, scale: float, teacher_seed: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """(lam, c, beyond): feature variances, per-feature signal c_k = lam_k w*_k^2, and the signal
+    beyond the last feature (so tail(W) = c[W:].sum() + beyond)."""
+    k = np.arange(1, MODES + 1, dtype=np.float64)
+    lam = k ** -alpha
+    jitter = np.exp(0.1 * np.random.default_rng(teacher_seed).standard_normal(MODES))
+    levels = signal_beyond(k, scale, inner, outer, knee)  # levels[i] = signal beyond feature i + 1
+    c = np.empty(MODES)
+    c[0] = 0.5 * scale
+    c[1:] = (levels[:-1] - levels[1:]) * jitter[1:]
+    return lam, c, float(levels[-1])
+
+
+class Law(BaseModel):
+    """An instance's hidden law, drawn from the seed. The student never sees these numbers, only
+    the teacher's first max_width features that they produce."""
+
+    alpha: float = Field(description="Feature spectrum exponent: lam_k = k^-alpha.")
+    inner: float = Field(description="Exponent of the tail signal below the knee.")
+    outer: float = Field(description="Exponent of the tail signal above the knee: what decides the target.")
+    knee: float = Field(description="Width where the exponent changes.")
+    scale: float
+    teacher_seed: int
+
+
+def draw_law(seed: int) -> Law:
+    # The law depends on the seed only, so the same teacher at a higher difficulty is the same
+    # question asked further out.
+    rng = np.random.default_rng([seed, 20260601])
+    outer = float(rng.uniform(0.3, 0.8))
+    bend = float(rng.uniform(0.15, 0.35)) * (1.0 if rng.random() < 0.5 else -1.0)
+    return Law(alpha=round(float(rng.uniform(1.3, 1.6)), 6), inner=round(min(1.2, max(0.1, outer + bend)), 6),
+               outer=round(outer, 6), knee=round(float(np.exp(rng.uniform(np.log(8.0), np.log(32.0)))), 6),
+               scale=round(float(np.exp(rng.uniform(np.log(0.003), np.log(3.0)))), 6), teacher_seed=int(rng.integers(2**31)))
+
+
+def teacher_weights(lam: np.ndarray, c: np.ndarray, teacher_seed: int, width: int) -> np.ndarray:
+    """The first `width` teacher weights, with random signs (prefix-consistent across widths)."""
+    signs = np.where(np.random.default_rng(teacher_seed + 1).random(MODES)[:width] < 0.5, -1.0, 1.0)
+    return signs * np.sqrt(c[:width] / lam[:width])
+
+
+def tail(c: np.ndarray, beyond: float, width: int) -> float:
+    """Signal a width-`width` model cannot represent: the loss floor of that width."""
+    return float(c[width:].sum() + beyond)
