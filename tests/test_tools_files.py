@@ -143,7 +143,7 @@ def test_a_huge_file_costs_the_harness_only_the_cap(ctx, box):
 
 
 def test_the_tools_act_as_the_student_not_as_root(ctx):
-    res = LIST.run({"path": "/opt"}, ctx)  # root-only (0700) inside the sandbox
+    res = LIST.run({"path": "/proc/1/root"}, ctx)  # the root-owned anchor's view: root only
     assert res.error and "Permission denied" in res.error, res
     res = WRITE.run({"path": "/etc/passwd", "content": "root::0:0::/:/bin/sh\n"}, ctx)
     assert res.error and ("Read-only" in res.error or "Permission denied" in res.error), res
