@@ -3,7 +3,8 @@ harness killed mid-rollout leaves a readable prefix and loses nothing already wr
 
 Every line is an object with `type`, `seq` (0, 1, 2...), `t` (seconds since the rollout began)
 and the event's fields. Event types: rollout_start (instance, agent, confinement, limits),
-step_start, model_turn (text, tool calls, reasoning, usage), tool_result, notice, custody,
+step_start, model_turn (text, tool calls, reasoning, usage), agent_failure (what a turn that
+failed cost and tried: usage, retries, empty replies), tool_result, notice, custody,
 misbehaviour, score, error, rollout_end (status, score, reward). Everything the student produced
 in it is already bounded by the tools' caps."""
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 EventType = Literal[
-    "rollout_start", "step_start", "model_turn", "tool_result", "notice", "custody", "misbehaviour",
+    "rollout_start", "step_start", "model_turn", "agent_failure", "tool_result", "notice", "custody", "misbehaviour",
     "score", "error", "rollout_end",
 ]
 EVENT_TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]

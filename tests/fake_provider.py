@@ -37,6 +37,14 @@ class Fail:
 
 
 @dataclass
+class Raw:
+    """Answer with this status and body as they are (e.g. a 200 that is not JSON)."""
+
+    status: int
+    text: str
+
+
+@dataclass
 class Drop:
     """Close the connection without answering."""
 
@@ -49,7 +57,7 @@ class Recorded:
     at: float
 
 
-Action = Reply | Fail | Drop
+Action = Reply | Fail | Drop | Raw
 
 
 def openai_reply(text: str | None = None, *, tool: str | None = None, arguments: Any = None, calls: list | None = None,
@@ -134,6 +142,13 @@ class FakeProvider:
                 if action is None:
                     provider.errors.append(f"request {len(provider.requests)} to {self.path}: the script is exhausted")
                     self._send(599, {"error": {"message": "fake provider: script exhausted"}})
+                elif isinstance(action, Raw):
+                    data = action.text.encode()
+                    self.send_response(action.status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                 elif isinstance(action, Drop):
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True

@@ -161,6 +161,8 @@ def test_exhausted_retries_are_an_infra_error_not_a_student_failure(tmp_path, en
     assert "gave up after 3 tries" in result.errors[0]
     assert result.usage.model_calls == 3 and result.usage.retries == 2
     assert len(server.requests) == 3
+    [failure] = [e for e in events if e["type"] == "agent_failure"]
+    assert [r["status"] for r in failure["extra"]["retries"]] == [503, 503]
 
 
 def test_a_request_that_can_never_succeed_is_not_retried(tmp_path, env):
@@ -281,7 +283,7 @@ def test_context_pruning_keeps_the_rollout_going_and_the_transcript_whole(tmp_pa
     script += [openai_reply(tool="bash", arguments=WRITE_42), openai_reply(tool="submit")]
     context = {"window_tokens": 4000, "trigger_fraction": 0.8, "target_fraction": 0.5, "keep_last_turns": 1}
     with FakeProvider(script) as server:
-        result, events = _rollout(env, "write-42", _config(server, context=context), tmp_path)
+        result, events = _rollout(env, "write-42", _config(server, context=context, max_output_tokens=500), tmp_path)
     assert (result.status, result.score) == ("completed", 1.0)
     sizes = [len(json.dumps(r.body["messages"])) for r in server.requests]
     assert max(sizes) < 4000 * 4, sizes
@@ -302,6 +304,7 @@ def test_context_pruning_keeps_the_rollout_going_and_the_transcript_whole(tmp_pa
     ({"extra_headers": {"Authorization": "Bearer sk"}}, "carries credentials"),
     ({"base_url": "http://user:pw@host/v1"}, "without credentials"),
     ({"provider": "cohere"}, "provider"),
+    ({"provider": "anthropic", "thinking_budget_tokens": 8000, "max_output_tokens": 4096}, "must be below max_output_tokens"),
 ])
 def test_bad_model_configs_are_one_line_errors(tmp_path, fields, message):
     path = tmp_path / "model.json"
@@ -309,6 +312,7 @@ def test_bad_model_configs_are_one_line_errors(tmp_path, fields, message):
     with pytest.raises(ConfigError, match=message) as info:
         ModelConfig.load(path)
     assert str(path) in str(info.value) and "\n" not in str(info.value)
+    assert "pw@" not in str(info.value) and "sk-abc" not in str(info.value)  # rejected values are not echoed
 
 
 def test_a_hosted_provider_without_its_key_is_a_config_error(monkeypatch):

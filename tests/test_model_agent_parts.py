@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fake_provider import Fail, FakeProvider, anthropic_reply, openai_reply
+from fake_provider import Fail, FakeProvider, Raw, anthropic_reply, openai_reply
 from proctor.agents import ModelAgent, ModelConfig, Observation
 from proctor.agents.conversation import AssistantTurn, Call, History, ToolOutput, UserText, prune
 from proctor.agents.model_config import ContextPolicy, RetryPolicy
@@ -84,7 +84,7 @@ def test_a_call_that_ended_the_step_is_answered_before_the_next_step(provider):
         agent.next_turn([Observation(kind="instructions", text="step two")], deadline=_far())
         messages = server.requests[1].body["messages"]
         if provider == "openai":
-            assert messages[-2]["role"] == "tool" and "ended the step" in messages[-2]["content"]
+            assert messages[-2]["role"] == "tool" and "the step ended" in messages[-2]["content"]
             assert messages[-1] == {"role": "user", "content": "step two"}
         else:
             last = messages[-1]
@@ -203,3 +203,36 @@ def test_a_judge_provider_that_keeps_failing_is_an_infra_error_not_a_zero():
     with FakeProvider([Fail(503)] * 2) as server:
         verdict = _rubric_verdict(server, max_attempts=2)
     assert verdict.infra_error and "gave up after 2 tries" in verdict.explanation
+
+
+def test_a_200_that_is_not_json_is_retried_and_an_empty_quota_is_not():
+    with FakeProvider([Raw(200, '{"choices": [tru'), openai_reply(text="fine")]) as server:
+        agent = _agent(server)
+        assert agent.next_turn([Observation(kind="instructions", text="go")], deadline=_far()).text == "fine"
+        agent.close()
+    from proctor.agents import AgentError
+
+    with FakeProvider([Fail(429, "You exceeded your current quota (insufficient_quota)")] * 3) as server:
+        agent = _agent(server)
+        with pytest.raises(AgentError, match="not retried"):
+            agent.next_turn([Observation(kind="instructions", text="go")], deadline=_far())
+        assert len(server.requests) == 1
+        agent.close()
+
+
+def test_a_short_or_absent_key_never_rewrites_what_the_student_runs(monkeypatch):
+    monkeypatch.setenv("SHORT_KEY", "EMPTY")
+    with FakeProvider([openai_reply(tool="bash", arguments={"command": "grep -n EMPTY config.py; echo not-needed"})]) as server:
+        agent = ModelAgent(ModelConfig(model="m", base_url=server.openai_url, api_key_env="SHORT_KEY"))
+        agent.begin(system_prompt="", tools=TOOLS, task_id="t")
+        turn = agent.next_turn([Observation(kind="instructions", text="go")], deadline=_far())
+        assert turn.tool_calls[0].arguments["command"] == "grep -n EMPTY config.py; echo not-needed"
+        agent.close()
+
+
+def test_pruning_keeps_room_for_the_reply():
+    history = _history([4000] * 6, 1)  # about 6000 tokens at 4 characters a token
+    policy = ContextPolicy(window_tokens=10_000, keep_last_turns=1)
+    assert prune(history, policy) is None  # fits the window...
+    pruned = prune(history, policy, reserve_tokens=8_000)  # ...but not with an 8000-token reply
+    assert pruned is not None and pruned.estimate_after <= 2_000 * policy.target_fraction / policy.trigger_fraction

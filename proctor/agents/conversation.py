@@ -105,15 +105,18 @@ class Pruned:
     turns_dropped: int
 
 
-def prune(history: History, policy: ContextPolicy) -> Pruned | None:
+def prune(history: History, policy: ContextPolicy, reserve_tokens: int = 0) -> Pruned | None:
     """What to send instead of the whole history when it would exceed the trigger, or None when
-    it fits (or pruning is off). The first entry (the task's instructions) and the last
-    `keep_last_turns` assistant turns with their tool outputs are always kept."""
+    it fits (or pruning is off). `reserve_tokens` (the reply's own budget) is kept free of the
+    window. The first entry (the task's instructions) and the last `keep_last_turns` assistant
+    turns with their tool outputs are always kept."""
     if policy.window_tokens is None or policy.strategy == "none":
         return None
     entries = history.entries
     before = history.estimate(policy)
-    if before <= policy.window_tokens * policy.trigger_fraction:
+    window = policy.window_tokens
+    trigger = min(window * policy.trigger_fraction, max(window - reserve_tokens, 0))
+    if before <= trigger:
         return None
     # What the entries' characters do not show (system prompt, tool specs, the provider's own
     # framing) is carried over in proportion, from the provider's own count when there is one.
@@ -123,7 +126,7 @@ def prune(history: History, policy: ContextPolicy) -> Pruned | None:
     def estimate(items: list[Entry]) -> int:
         return int(_chars(items) / policy.chars_per_token * scale)
 
-    target = policy.window_tokens * policy.target_fraction
+    target = min(window * policy.target_fraction, trigger * policy.target_fraction / policy.trigger_fraction)
     protected = _protected_from(entries, policy.keep_last_turns)
     out = list(entries)
     outputs = 0

@@ -35,9 +35,9 @@ from ..tools.base import ToolCall
 from .base import Agent, AgentError, AgentTurn, Observation, TurnUsage
 from .conversation import AssistantTurn, History, Reply, ToolOutput, UserText, pending_calls, prune
 from .model_config import ModelConfig
-from .provider import REDACTED, ProviderClient, make_client, read_key, request_with_retries
+from .provider import ProviderClient, make_client, read_key, redactor, request_with_retries
 
-UNANSWERED = "[not run: an earlier call ended the step]"
+UNANSWERED = "[result not shown: the step ended with this turn]"
 
 
 class ModelAgent(Agent):
@@ -46,6 +46,7 @@ class ModelAgent(Agent):
         self.config = config
         self.name = f"model:{config.model}"
         self._key = read_key(config)
+        self._redact = redactor(self._key)
         self._client = client or make_client(config, self._key)
         self._rng = rng or random.Random()
         self._sleep = sleep
@@ -55,6 +56,7 @@ class ModelAgent(Agent):
 
     def begin(self, *, system_prompt: str, tools: list[dict[str, Any]], task_id: str) -> None:
         self._system, self._tools = system_prompt, tools
+        self.history = History()  # one conversation per rollout
 
     def close(self) -> None:
         self._client.close()
@@ -68,7 +70,7 @@ class ModelAgent(Agent):
         empties: list[str | None] = []
         try:
             while True:
-                pruned = prune(self.history, self.config.context)
+                pruned = prune(self.history, self.config.context, reserve_tokens=self.config.max_output_tokens)
                 if pruned is not None:
                     self.history.replace_with(pruned.entries)
                     extra.setdefault("context_pruned", []).append(
@@ -84,15 +86,10 @@ class ModelAgent(Agent):
                         f"{', '.join(str(s) for s in empties)}); the step ends", infra=False)
                 self.history.add(UserText(self.config.nudge_text))
         except AgentError as exc:
-            # What the failed turn cost is still counted by the harness.
-            exc.usage, exc.extra = usage, self._scrub_data(extra)
+            # What the failed turn cost, and what was tried, still reach the result and transcript.
+            exc.usage, exc.extra = usage, self._scrub_data(_record(extra, usage, retries, empties))
             raise
-        finally:
-            usage.retries = len(retries)
-            if retries:
-                extra["retries"] = retries
-            if empties:
-                extra["empty_replies"] = empties
+        _record(extra, usage, retries, empties)
         self.history.add(AssistantTurn(text=reply.text, calls=tuple(reply.calls), reasoning=reply.reasoning, native=reply.native))
         self.history.measured(reply.input_tokens + reply.output_tokens)
         if reply.stop_reason:
@@ -130,23 +127,29 @@ class ModelAgent(Agent):
                                     redact=self._redact)
 
     # -- the key never leaves ------------------------------------------------------------------
-    def _redact(self, text: str) -> str:
-        return text.replace(self._key, REDACTED) if len(self._key) >= 4 else text
-
     def _scrub(self, turn: AgentTurn) -> AgentTurn:
-        if len(self._key) < 4 or self._key not in turn.model_dump_json():
+        if self._redact("x" + turn.model_dump_json()) == "x" + turn.model_dump_json():
             return turn
-        return AgentTurn.model_validate(_replace_deep(turn.model_dump(), self._key, REDACTED))
+        return AgentTurn.model_validate(_replace_deep(turn.model_dump(), self._redact))
 
     def _scrub_data(self, data: dict[str, Any]) -> dict[str, Any]:
-        return _replace_deep(data, self._key, REDACTED) if len(self._key) >= 4 else data
+        return _replace_deep(data, self._redact)
 
 
-def _replace_deep(value: Any, needle: str, by: str) -> Any:
+def _record(extra: dict[str, Any], usage: TurnUsage, retries: list[dict[str, Any]], empties: list[str | None]) -> dict[str, Any]:
+    usage.retries = len(retries)
+    if retries:
+        extra["retries"] = retries
+    if empties:
+        extra["empty_replies"] = empties
+    return extra
+
+
+def _replace_deep(value: Any, redact) -> Any:
     if isinstance(value, str):
-        return value.replace(needle, by)
+        return redact(value)
     if isinstance(value, list):
-        return [_replace_deep(v, needle, by) for v in value]
+        return [_replace_deep(v, redact) for v in value]
     if isinstance(value, dict):
-        return {_replace_deep(k, needle, by): _replace_deep(v, needle, by) for k, v in value.items()}
+        return {_replace_deep(k, redact): _replace_deep(v, redact) for k, v in value.items()}
     return value

@@ -128,7 +128,7 @@ class ModelConfig(_Strict):
     @classmethod
     def _env_name(cls, value: str | None) -> str | None:
         if value is not None and not _ENV_NAME.match(value):
-            raise ValueError(f"{value[:12]!r}... is not an environment variable name; api_key_env names the variable, it never holds the key")
+            raise ValueError("that is not an environment variable name (the value is not repeated here); api_key_env names the variable, it never holds the key")
         return value
 
     @field_validator("extra_headers")
@@ -143,8 +143,15 @@ class ModelConfig(_Strict):
     @classmethod
     def _url(cls, value: str | None) -> str | None:
         if value is not None and not re.match(r"^https?://[^\s/@]+(/\S*)?$", value):
-            raise ValueError(f"{value!r} is not an http(s) URL without credentials")
+            raise ValueError("must be an http(s) URL without credentials (the value is not repeated here)")
         return value
+
+    @model_validator(mode="after")
+    def _thinking_fits(self) -> ModelConfig:
+        if self.thinking_budget_tokens is not None and self.thinking_budget_tokens >= self.max_output_tokens:
+            raise ValueError(f"thinking_budget_tokens ({self.thinking_budget_tokens}) must be below max_output_tokens "
+                             f"({self.max_output_tokens}): the API counts thinking inside max_tokens")
+        return self
 
     @property
     def key_env(self) -> str:

@@ -16,6 +16,17 @@ from .model_config import ModelConfig
 from .retry import backoff_s, classify
 
 REDACTED = "[redacted key]"
+NO_KEY = "not-needed"
+# Keys shorter than this (a local server's "EMPTY") are not secrets worth rewriting text for:
+# scrubbing them would change what the student's tool calls say.
+SECRET_MIN_CHARS = 16
+
+
+def redactor(key: str) -> Callable[[str], str]:
+    """A function that replaces `key` in a string, or leaves strings alone when there is no real key."""
+    if key == NO_KEY or len(key) < SECRET_MIN_CHARS:
+        return lambda text: text
+    return lambda text: text.replace(key, REDACTED)
 
 
 class ProviderClient(Protocol):
@@ -30,7 +41,7 @@ def read_key(config: ModelConfig) -> str:
     if key:
         return key
     if config.base_url:
-        return "not-needed"
+        return NO_KEY
     raise ConfigError(f"environment variable {config.key_env} is not set; it must hold the {config.provider} API key "
                       f"(or set api_key_env to the variable that does)")
 

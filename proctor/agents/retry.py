@@ -9,6 +9,7 @@ refused key (401, 403) gets a couple of tries, since keys rotate, and then fails
 from __future__ import annotations
 
 import email.utils
+import json
 import random
 import re
 import time
@@ -19,7 +20,9 @@ from .model_config import RetryPolicy
 
 _CONTEXT_TOO_LONG = re.compile(
     r"context.length|context_length_exceeded|maximum context|context window|prompt is too long|too many tokens"
-    r"|reduce the length|input is too long|exceeds the model's", re.IGNORECASE)
+    r"|reduce the length|input is too long|exceeds the model's|context limit|context size", re.IGNORECASE)
+# Refusals that look retryable but never pass (an account out of credit).
+_PERMANENT = re.compile(r"insufficient_quota|exceeded your current quota|credit balance is too low|billing", re.IGNORECASE)
 _RETRY_STATUS = {408, 409, 425, 429}
 
 
@@ -40,7 +43,7 @@ def classify(exc: BaseException) -> Failure:
     name = type(exc).__name__
     status = getattr(exc, "status_code", None)
     message = _message(exc)
-    if isinstance(exc, BadReply):
+    if isinstance(exc, (BadReply, json.JSONDecodeError)):
         return Failure("retry", f"unusable reply: {exc}")
     if status is None:
         if "Timeout" in name or "Connection" in name or isinstance(exc, (TimeoutError, ConnectionError)):
@@ -53,6 +56,8 @@ def classify(exc: BaseException) -> Failure:
         return Failure("context", text, status)
     if status in (401, 403):
         return Failure("auth", text, status, retry_after)
+    if _PERMANENT.search(message) or str(headers.get("x-should-retry", "")).lower() == "false":
+        return Failure("fatal", text, status)
     if status in _RETRY_STATUS or status >= 500:
         return Failure("retry", text, status, retry_after)
     return Failure("fatal", text, status)
@@ -88,6 +93,13 @@ def _message(exc: BaseException) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
         inner = body.get("error", body)
-        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return inner["message"][:500]
+        if isinstance(inner, dict):
+            parts = [inner.get(k) for k in ("message", "code", "type")]
+            text = " ".join(p for p in parts if isinstance(p, str))
+            if text:
+                return text[:500]
+        if isinstance(inner, str):
+            return inner[:500]
+    if isinstance(body, str) and body:
+        return body[:500]
     return (str(exc) or type(exc).__name__)[:500]

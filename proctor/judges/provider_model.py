@@ -16,7 +16,7 @@ import time
 from ..agents.base import AgentError, TurnUsage
 from ..agents.conversation import UserText
 from ..agents.model_config import ModelConfig
-from ..agents.provider import REDACTED, ProviderClient, make_client, read_key, request_with_retries
+from ..agents.provider import ProviderClient, make_client, read_key, redactor, request_with_retries
 from ..errors import ConfigError
 from .rubric import JudgeModel, JudgeModelError
 
@@ -26,7 +26,7 @@ class ProviderJudgeModel(JudgeModel):
         self.config = config
         self._lock = threading.Lock()
         self._client: ProviderClient | None = None
-        self._key = ""
+        self._redact = redactor("")
 
     def describe(self) -> str:
         return f"{self.config.provider}:{self.config.model}"
@@ -35,10 +35,11 @@ class ProviderJudgeModel(JudgeModel):
         with self._lock:
             if self._client is None:
                 try:
-                    self._key = read_key(self.config)
+                    key = read_key(self.config)
                 except ConfigError as exc:
                     raise JudgeModelError(str(exc)) from None
-                self._client = make_client(self.config, self._key)
+                self._redact = redactor(key)
+                self._client = make_client(self.config, key)
             return self._client
 
     def complete(self, system: str, user: str, timeout_s: float) -> str:
@@ -52,9 +53,6 @@ class ProviderJudgeModel(JudgeModel):
         if not (reply.text or "").strip():
             raise JudgeModelError(f"the judge model gave an empty reply (stop reason: {reply.stop_reason})")
         return self._redact(reply.text or "")
-
-    def _redact(self, text: str) -> str:
-        return text.replace(self._key, REDACTED) if len(self._key) >= 4 else text
 
     def close(self) -> None:
         with self._lock:
