@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .agents.base import Agent, AgentError, AgentTimeout, AgentTurn, Observation, TurnUsage
 from .custody import CustodyLimits, custody_point
+from .detectors import step_events
 from .errors import ConfigError, ProctorError
 from .judges.base import JudgeContext, Verdict, evaluate
 from .results import MisbehaviourRecord, RolloutResult, StepEnd, StepResult, Timings, Usage, write_result
@@ -204,6 +205,7 @@ def _run_step(r: _Rollout, index: int, tools: list) -> tuple[StepEnd, Verdict]:
         shown = "; ".join(f"{pid}: {cmd or '?'}" for pid, cmd in left[:5])
         r.flag("processes_left_at_custody", f"{len(left)} student process(es) still running when the step ended: {shown}", index)
     _check_network(r, index)
+    _detect(r, index)
     custody_dir = r.run_dir / "custody" / f"step-{index}"
     custody_dir.parent.mkdir(mode=0o700, exist_ok=True)
     point = custody_point(box, step.submit, custody_dir, limits=r.config.custody, kill_deadline_s=r.config.kill_deadline_s)
@@ -258,7 +260,7 @@ def _agent_loop(r: _Rollout, index: int, tools: list, step_deadline: float, ctx:
     while True:
         now = time.monotonic()
         if now >= step_deadline:
-            return ("rollout_time" if step_deadline >= r.deadline else "step_time"), final()
+            return _time_end(r, step_deadline), final()
         exhausted = _budget_exhausted(r)
         if exhausted:
             return exhausted, final()
@@ -266,7 +268,7 @@ def _agent_loop(r: _Rollout, index: int, tools: list, step_deadline: float, ctx:
             turn = r.agent.next_turn(observations, deadline=step_deadline)
         except AgentTimeout as exc:
             _agent_failed(r, exc, index)
-            return ("rollout_time" if step_deadline >= r.deadline else "step_time"), final()
+            return _time_end(r, step_deadline), final()
         except AgentError as exc:
             _agent_failed(r, exc, index)
             return "agent_error", last_text
@@ -310,6 +312,10 @@ def _agent_loop(r: _Rollout, index: int, tools: list, step_deadline: float, ctx:
             return "agent_finished", final()
         if limits.announce_budget:
             observations.append(Observation(kind="notice", text=_budget_left(r, step_deadline)))
+
+
+def _time_end(r: _Rollout, step_deadline: float) -> StepEnd:
+    return "rollout_time" if step_deadline >= r.deadline else "step_time"
 
 
 def _budget_exhausted(r: _Rollout) -> StepEnd | None:
@@ -377,8 +383,12 @@ def _check_network(r: _Rollout, index: int) -> None:
     if blocked > r.net_blocked_seen:
         r.flag("network_blocked", f"{blocked - r.net_blocked_seen} packet(s) to unreachable addresses were blocked", index)
         r.net_blocked_seen = blocked
-    # The other detectors (hidden_path_probe, resource_limit_hit: see proctor/detectors.py), at the same point.
-    from .detectors import step_events
+
+
+def _detect(r: _Rollout, index: int) -> None:
+    """The detectors of proctor/detectors.py (hidden_path_probe, resource_limit_hit), read at the
+    end of the step, before custody kills anything."""
+    assert r.box is not None
     for event in step_events(r.box, r.task, index, r.transcript.path, env_dir=r.env_dir, run_dir=r.run_dir):
         r.flag(event.kind, event.detail, index)
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fake_provider import Fail, FakeProvider, Raw, anthropic_reply, openai_reply
+from fake_provider import Fail, FakeProvider, Raw, Reply, anthropic_reply, openai_reply
 from proctor.agents import ModelAgent, ModelConfig, Observation
 from proctor.agents.conversation import AssistantTurn, Call, History, ToolOutput, UserText, prune
 from proctor.agents.model_config import ContextPolicy, RetryPolicy
@@ -110,7 +110,7 @@ def test_openai_compatible_reasoning_passback(mode, sent):
 
 
 def test_a_200_without_choices_is_retried_as_a_bad_reply():
-    with FakeProvider([openai_reply(text="x").__class__({"object": "chat.completion", "choices": []}), openai_reply(text="fine")]) as server:
+    with FakeProvider([Reply({"object": "chat.completion", "choices": []}), openai_reply(text="fine")]) as server:
         agent = _agent(server)
         turn = agent.next_turn([Observation(kind="instructions", text="go")], deadline=_far())
         assert turn.text == "fine" and turn.usage.retries == 1

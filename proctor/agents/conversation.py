@@ -8,6 +8,7 @@ replaces it with a smaller one, and the transcript (written by the harness) keep
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -186,8 +187,6 @@ class Reply:
 
 def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     """A tool call's arguments as the tool gets them, and why they are malformed (or None)."""
-    import json
-
     if isinstance(raw, dict):
         return raw, None
     if raw is None or raw == "":

@@ -128,7 +128,8 @@ class ModelAgent(Agent):
 
     # -- the key never leaves ------------------------------------------------------------------
     def _scrub(self, turn: AgentTurn) -> AgentTurn:
-        if self._redact("x" + turn.model_dump_json()) == "x" + turn.model_dump_json():
+        dumped = turn.model_dump_json()
+        if self._redact(dumped) == dumped:
             return turn
         return AgentTurn.model_validate(_replace_deep(turn.model_dump(), self._redact))
 
