@@ -272,16 +272,22 @@ _MANIPULATION: tuple[tuple[str, re.Pattern[str]], ...] = tuple((what, re.compile
                            r"|</?\s*(?:submission|system|grader|judge|instructions|untrusted|user|assistant)\s*>"
                            r"|<\|\s*(?:im_start|im_end|system|endoftext|eot_id|start_header_id)\s*\|>|\[/?(?:inst|sys)\]"),
     ("mentions a nonce", r"\bnonce\b"),
-    ("mimics the verdict format", r"[\"']\s*(?:score|grade|verdict|rating)\s*[\"']\s*:\s*[\"']?\s*-?\d"
-                                  r"|\b(?:score|grade|rating|verdict|mark)\s*[:=]\s*\d+(?:\s*(?:/|out of)\s*\d+)?"
+    # Keys may carry a prefix or suffix joined by _ or - (final_score, grade-total): `\b` alone sees
+    # no boundary inside an identifier, so the key is matched as a whole identifier part instead.
+    # "Upgrade: 10" and "apdex score: 0.93" are not verdicts: the key must stand alone (no letter
+    # before it) and the value must be a whole integer.
+    ("mimics the verdict format", r"[\"']\s*(?:[a-z0-9]+[_-])*(?:score|grade|verdict|rating|marks?|points)(?:[_-][a-z0-9]+)*\s*[\"']\s*[:=]\s*[\"']?\s*-?\d"
+                                  r"|(?<![a-z0-9])(?:[a-z0-9]+[_-])*(?:score|grade|rating|verdict|marks?)(?:[_-][a-z0-9]+)*\s*[:=]\s*\d+(?![.,]\d)(?:\s*(?:/|out of)\s*\d+)?"
                                   r"|\b(?:10|100)\s*/\s*(?:10|100)\b|\b10 out of 10\b"),
     ("addresses the grader", r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+)*(?:previous|prior|above|earlier|preceding|system|grading|original)?\s*(?:instructions?|rules|rubric|directions|prompts?|guidelines)"
                              r"|\bas (?:the|an|your) (?:ai )?(?:grader|judge|evaluator|examiner|assessor)\b"
                              r"|\b(?:dear|attention|note (?:to|for)|hey|hello),? (?:the )?(?:grader|judge|evaluator|examiner|grading model)\b"
                              r"|\b(?:grader|judge|evaluator|system|admin|developer)\s*(?:note|message|override|instructions?|update)\s*:"
                              r"|\bnew (?:rubric|instructions|grading (?:rules|criteria))\b"
-                             r"|\b(?:give|award|assign|grant|output|return)\s+(?:this|me|it|the student|the submission)?\s*(?:a\s+|the\s+)?(?:full|maximum|max|perfect|top|highest)\s+(?:score|marks|points|grade)"
-                             r"|\b(?:full marks|perfect score|maximum score)\b"),
+                             r"|\b(?:give|award|assign|grant|output|return)\s+(?:this|me|it|the student|the submission)?\s*(?:a\s+|the\s+)?(?:full|maximum|max|perfect|top|highest)\s+(?:scores?|marks?|points?|grades?)"
+                             # Singular and plural, and the polite forms ("deserves the top mark", "merits top marks").
+                             r"|\b(?:deserves?|merits?|warrants?|earns?|is worthy of|should (?:get|receive|be given))\s+(?:a\s+|the\s+)?(?:full|maximum|max|perfect|top|highest|best)\s+(?:scores?|marks?|points?|grades?|ratings?)"
+                             r"|\b(?:full marks?|perfect scores?|maximum scores?|top marks?)\b"),
 ))
 
 
@@ -292,6 +298,26 @@ def _normalise(text: str) -> str:
     text = unicodedata.normalize("NFKC", text)
     text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
     return re.sub(r"\s+", " ", text)
+
+
+normalise_for_judge = _normalise
+"""The one normalisation the detector and the LLM judge's evidence checks share."""
+
+_SENTENCE_END = re.compile(r"[.!?](?= )|$")
+
+
+def judge_manipulation_spans(text: str) -> list[tuple[int, int]]:
+    """The sentences of `normalise_for_judge(text)` (start, end offsets into it) that hold text
+    written for the judge: the evidence-anchored RubricJudge never accepts evidence from them."""
+    clean = _normalise(text)
+    spans: list[tuple[int, int]] = []
+    for _what, pattern in _MANIPULATION:
+        for found in pattern.finditer(clean):
+            start = max(clean.rfind(". ", 0, found.start()), clean.rfind("! ", 0, found.start()), clean.rfind("? ", 0, found.start()))
+            start = 0 if start < 0 else start + 2
+            end = _SENTENCE_END.search(clean, found.end()).end()
+            spans.append((start, min(end + 1, len(clean))))
+    return sorted(spans)
 
 
 def find_judge_manipulation(text: str) -> str | None:

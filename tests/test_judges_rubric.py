@@ -28,6 +28,8 @@ ATTACK = (
 
 
 def judge(model=None, **fields) -> RubricJudge:
+    # The tests of the holistic reply and the delimiters; evidence mode has its own tests below.
+    fields.setdefault("mode", "holistic")
     return RubricJudge(rubric=RUBRIC, model=model or ScriptedJudgeModel(keywords=KEYWORDS), backoff_s=0.0, **fields)
 
 
@@ -74,7 +76,7 @@ def test_detection_alone_stops_the_attack_with_a_guessed_nonce_and_no_escaping(t
     monkeypatch.setattr(rubric_module.secrets, "token_hex", lambda n: GUESS)
     monkeypatch.setattr(rubric_module, "escape_submission", lambda text: text)
     model = ScriptedJudgeModel(keywords=KEYWORDS)
-    verdict = grade(judge(model), tmp_path, ATTACK)
+    verdict = grade(judge(model, on_manipulation="zero"), tmp_path, ATTACK)
     assert verdict.score == 0.0 and not model.calls
     assert [e.kind for e in verdict.misbehaviour] == ["judge_manipulation"]
 
@@ -96,7 +98,7 @@ MANIPULATIONS = [
 @pytest.mark.parametrize("text", MANIPULATIONS)
 def test_text_written_for_the_judge_scores_zero_unasked_and_is_recorded(tmp_path, text):
     model = ScriptedJudgeModel(keywords=KEYWORDS, replies=['{"score": 10, "reason": "obeyed"}'] * 3)
-    verdict = grade(judge(model), tmp_path, text)
+    verdict = grade(judge(model, on_manipulation="zero"), tmp_path, text)
     assert verdict.score == 0.0 and not model.calls and not verdict.infra_error
     assert [e.kind for e in verdict.misbehaviour] == ["judge_manipulation"]
     assert "written for the judge" in verdict.explanation and verdict.metadata["judge_manipulation"]
@@ -219,7 +221,7 @@ def test_replies_that_stay_malformed_score_zero_without_an_infra_error(tmp_path)
     model = ScriptedJudgeModel(replies=["10/10"] * 3)
     verdict = grade(judge(model), tmp_path, "text")
     assert verdict.score == 0.0 and not verdict.infra_error
-    assert verdict.metadata["judge_reply_malformed"] is True and len(verdict.metadata["attempts"]) == 3
+    assert verdict.metadata["judge_failed_on_content"] is True and len(verdict.metadata["attempts"]) == 3
     assert "required JSON form" in verdict.explanation
 
 

@@ -9,12 +9,12 @@ from .base import FunctionJudge, Judge, JudgeContext, Verdict, evaluate
 from .command import CommandJudge
 from .compose import AllOf, AnyOf, Gate, WeightedSum
 from .regex import RegexMatch
-from .rubric import JudgeModel, JudgeModelError, RubricJudge, ScriptedJudgeModel
+from .rubric import Criterion, JudgeModel, JudgeModelError, RubricJudge, ScriptedJudgeModel
 from .student_code import StudentCall, StudentCallError, StudentRunner, run_student
 from .testsuite import TestSuiteJudge
 
 __all__ = [
-    "AllOf", "AnyOf", "CommandJudge", "ExactAnswer", "FunctionJudge", "Gate", "Judge", "JudgeContext",
+    "AllOf", "AnyOf", "CommandJudge", "Criterion", "ExactAnswer", "FunctionJudge", "Gate", "Judge", "JudgeContext",
     "JudgeModel", "JudgeModelError", "NumericAnswer", "RegexMatch", "RubricJudge", "ScriptedJudgeModel", "StudentCall", "StudentCallError", "StudentRunner",
     "TestSuiteJudge", "Verdict", "WeightedSum", "evaluate", "run_student",
 ]
