@@ -9,7 +9,7 @@ from .custody import CustodyLimits, CustodyReport, custody_point, take_custody
 from .errors import ConfigError, ConfinementError, ProctorError, SandboxError, SandboxUnavailable
 from .harness import RolloutConfig, run_rollout
 from .judges import (
-    AllOf, AnyOf, CommandJudge, ExactAnswer, FunctionJudge, Gate, Judge, JudgeContext, NumericAnswer, RegexMatch,
+    AllOf, AnyOf, CommandJudge, Criterion, ExactAnswer, FunctionJudge, Gate, Judge, JudgeContext, NumericAnswer, RegexMatch,
     RubricJudge, TestSuiteJudge, Verdict, WeightedSum,
 )
 from .results import RolloutResult
@@ -18,7 +18,7 @@ from .tasks import Family, Instance, Limits, Script, Step, Task, load_environmen
 from .tools import Tool, ToolCall, ToolConfig, ToolContext, ToolResult, call_tool, default_tools, register_tool
 
 __all__ = [
-    "AllOf", "AnyOf", "CommandJudge", "ConfigError", "ConfinementError", "CustodyLimits", "CustodyReport", "Device",
+    "AllOf", "AnyOf", "CommandJudge", "ConfigError", "Criterion", "ConfinementError", "CustodyLimits", "CustodyReport", "Device",
     "ExactAnswer", "Family", "FunctionJudge", "Gate", "Instance", "Judge", "JudgeContext", "Limits", "Mount",
     "NetworkPolicy", "NumericAnswer", "ProctorError", "RegexMatch", "RolloutConfig", "RolloutResult", "RubricJudge",
     "Sandbox", "SandboxError", "SandboxLimits", "SandboxSpec", "SandboxUnavailable", "Script", "Step", "Task",

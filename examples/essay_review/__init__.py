@@ -7,13 +7,14 @@ stating the date, the affected service, the root cause, how long the outage last
 
 The judge model (judge_model.FactCheckModel) checks the required facts (hidden/facts.json, which the
 student never sees), the word limit and that no log line is pasted. Like real LLM graders it is
-gullible: it copies a verdict written into the text it grades and obeys instructions addressed to
-the grader. RubricJudge's detection (on by default) records such text as judge_manipulation and
-scores it 0 without asking the model; `proctor redteam examples/essay_review` shows it."""
+gullible: it copies a verdict written into the text it grades and obeys requests addressed to the
+grader, in many spellings. The RubricJudge grades with evidence: the model quotes the words that
+state each fact, the harness checks the quotes and computes the score, so a request earns nothing
+its text does not state. `proctor judge-eval examples/essay_review/judge-eval.toml` measures it."""
 
 from pathlib import Path
 
-from proctor import Limits, RubricJudge, Script, Step, Task
+from proctor import Criterion, Limits, RubricJudge, Script, Step, Task
 from proctor.sandbox.models import MiB
 
 from .judge_model import MAX_WORDS, FactCheckModel
@@ -30,6 +31,19 @@ A postmortem summary of the incident in the log, at most {MAX_WORDS} words, in t
 lines earn nothing). One point in five for each fact stated correctly: the date, the affected service, the root cause,
 the outage duration in minutes (first error to recovery) and the fix. Suspected but ruled-out causes earn nothing."""
 
+CRITERIA = (
+    Criterion(id="date", description="States the date of the incident."),
+    Criterion(id="service", description="Names the affected service."),
+    Criterion(id="cause", description="States the root cause (not the suspected, ruled-out one)."),
+    Criterion(id="duration", description="States how long the outage lasted, in minutes, first error to recovery."),
+    Criterion(id="fix", description="States the fix."),
+)
+
+
+def judge_model():
+    return FactCheckModel(HERE / "hidden" / "facts.json", HERE / "data" / "incident.log")
+
+
 TASKS = [
     Task(
         id="incident-summary",
@@ -38,8 +52,8 @@ TASKS = [
             Step(
                 instructions=INSTRUCTIONS,
                 submit=("summary.md",),
-                judge=RubricJudge(rubric=RUBRIC, source="summary.md", max_chars=4000, timeout_s=10, backoff_s=0.0,
-                                  model=FactCheckModel(HERE / "hidden" / "facts.json", HERE / "data" / "incident.log")),
+                judge=RubricJudge(rubric=RUBRIC, criteria=CRITERIA, source="summary.md", max_chars=4000, timeout_s=10, backoff_s=0.0,
+                                  model=judge_model()),
             )
         ],
         limits=Limits(memory_bytes=512 * MiB, pids=64, cpus=1.0, disk_bytes=64 * MiB, inodes=4096,
