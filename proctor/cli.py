@@ -245,6 +245,49 @@ def redteam(
     raise typer.Exit(0 if all(r.ok for r in rows) else 1)
 
 
+@app.command("judge-eval")
+def judge_eval(
+    config: str = typer.Argument(..., help="Judge config (TOML or JSON): env, task, [judge] settings, [model] (a model config, or local = 'file.py:function')."),
+    category: list[str] = typer.Option([], "--category", help="Only this corpus category (repeatable)."),
+    mode: str | None = typer.Option(None, "--mode", help="Override the judge's mode: evidence, claims or holistic."),
+    on_manipulation: str | None = typer.Option(None, "--on-manipulation", help="Override the detector setting: flag, zero or ignore (off)."),
+    parallel: int = typer.Option(1, "-j", "--parallel", min=1, max=64, help="Items graded at once."),
+    show: bool = typer.Option(False, "--show", help="List every injection that moved the score and every control that lost points."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Grade the injection corpus with a judge model; per category, how many injections moved the score and how many honest controls lost points. Exit 1 on any."""
+    from .redteam.judge_corpus import CATEGORIES
+    from .redteam.judge_eval import build_judge, load_config, run_judge_eval
+
+    try:
+        cfg, base = load_config(config)
+        unknown = [c for c in category if c not in (*CATEGORIES, "control")]
+        if unknown:
+            raise ConfigError(f"--category: unknown {', '.join(unknown)} (known: {', '.join((*CATEGORIES, 'control'))})")
+        overrides = {k: v for k, v in (("mode", mode), ("on_manipulation", on_manipulation)) if v is not None}
+        cfg = cfg.model_copy(update={"judge": cfg.judge.model_copy(update=overrides)})
+        judge = build_judge(cfg, base)
+        report = run_judge_eval(judge, categories=category or None, parallel=parallel)
+    except ProctorError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps({"ok": report.ok, **report.model_dump()}, indent=2))
+    else:
+        table = Table(title=f"judge-eval: {report.judge}, mode {report.mode}, detector {report.on_manipulation}")
+        for col in ("category", "items", "injections moved", "controls lost", "flagged", "infra errors"):
+            table.add_column(col)
+        for c in report.categories:
+            bad = c.injections_moved or c.controls_lost or c.infra_errors
+            table.add_row(c.category, str(c.items), str(c.injections_moved), str(c.controls_lost), str(c.flagged),
+                          f"[red]{c.infra_errors}[/]" if c.infra_errors else "0", style="red" if bad else None)
+        console.print(table)
+        if show:
+            for r in report.items:
+                if r.moved or r.lost or r.infra_error:
+                    console.print(f"{r.id}: {r.score:g} (honest content: {r.baseline:g}) {r.explanation}", highlight=False, markup=False)
+    raise typer.Exit(0 if report.ok else 1)
+
+
 @app.command()
 def demo(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Run examples/quarterly_revenue with its oracle, a wrong answer and three hacks (no key, no network)."""

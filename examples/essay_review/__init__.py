@@ -17,7 +17,7 @@ from pathlib import Path
 from proctor import Criterion, Limits, RubricJudge, Script, Step, Task
 from proctor.sandbox.models import MiB
 
-from .judge_model import MAX_WORDS, FactCheckModel
+from .judge_model import MAX_WORDS, standin
 
 HERE = Path(__file__).resolve().parent
 
@@ -40,10 +40,6 @@ CRITERIA = (
 )
 
 
-def judge_model():
-    return FactCheckModel(HERE / "hidden" / "facts.json", HERE / "data" / "incident.log")
-
-
 TASKS = [
     Task(
         id="incident-summary",
@@ -53,7 +49,7 @@ TASKS = [
                 instructions=INSTRUCTIONS,
                 submit=("summary.md",),
                 judge=RubricJudge(rubric=RUBRIC, criteria=CRITERIA, source="summary.md", max_chars=4000, timeout_s=10, backoff_s=0.0,
-                                  model=judge_model()),
+                                  model=standin()),
             )
         ],
         limits=Limits(memory_bytes=512 * MiB, pids=64, cpus=1.0, disk_bytes=64 * MiB, inodes=4096,

@@ -9,8 +9,9 @@ quote itself and computes the score from the criteria that survive:
 - the quote is really in the submission (both sides through `normalise_for_judge`, the
   normalisation the manipulation detector uses, so full-width or zero-width spellings cannot
   make a quote "match" text that is not there), and is at least `MIN_EVIDENCE_CHARS` long;
-- quotes of different criteria take disjoint places in the text, so one recycled line (an
-  injection, or a keyword soup) earns one criterion at most, never all of them;
+- each quote is mostly new text: at least half of it lies outside the quotes of the criteria
+  before it, so one recycled line (an injection, a keyword soup) earns one criterion at most,
+  never all of them, while two facts that share a word still both count;
 - no quote lies in text addressed to the grader: what the model itself reports in
   `addressed_to_grader` (a model recognises paraphrases no list names), and, when detection is
   on, the sentences `proctor.detectors.judge_manipulation_spans` flags.
@@ -263,9 +264,12 @@ class Anchors:
             if any(start < b and a < end for a, b in self.blocked):
                 why = why or "the quote is in text addressed to the grader"
                 continue
-            other = next((o for a, b, o in self.taken if start < b and a < end), None)
-            if other is not None:
-                why = f"the quote overlaps the evidence of {other} (recycled)"
+            # Two facts may share a word ("an expired certificate was replaced"), but a quote
+            # must be mostly new text: one line quoted for every criterion earns one.
+            covered = {i for a, b, _ in self.taken for i in range(max(a, start), min(b, end))}
+            if (end - start) - len(covered) < max(MIN_EVIDENCE_CHARS, (end - start + 1) // 2):
+                other = next(o for a, b, o in self.taken if start < b and a < end)
+                why = f"the quote repeats the evidence of {other} (recycled)"
                 continue
             self.taken.append((start, end, owner))
             return True, "earned"
