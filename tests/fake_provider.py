@@ -109,8 +109,12 @@ def anthropic_reply(text: str | None = None, *, tool: str | None = None, argumen
 
 
 class FakeProvider:
-    def __init__(self, script: list[Action], *, on_request: Callable[[Recorded], None] | None = None) -> None:
+    def __init__(self, script: list[Action], *, on_request: Callable[[Recorded], None] | None = None,
+                 respond: Callable[[Recorded], Action] | None = None) -> None:
+        """`respond`, if given, answers every request once the script is used up (a fake model
+        that reads the request, e.g. a stand-in grader behind a real HTTP endpoint)."""
         self.script: deque[Action] = deque(script)
+        self.respond = respond
         self.requests: list[Recorded] = []
         self.on_request = on_request
         self.errors: list[str] = []
@@ -134,6 +138,8 @@ class FakeProvider:
                 with provider._lock:
                     provider.requests.append(record)
                     action = provider.script.popleft() if provider.script else None
+                if action is None and provider.respond is not None:
+                    action = provider.respond(record)
                 if provider.on_request:
                     try:
                         provider.on_request(record)
