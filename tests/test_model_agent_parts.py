@@ -182,7 +182,7 @@ def _rubric_verdict(server: FakeProvider, provider: str = "openai", **retry):
 
     url = server.anthropic_url if provider == "anthropic" else server.openai_url
     model = ProviderJudgeModel(ModelConfig(provider=provider, model="judge", base_url=url, retry={"base_delay_s": 0.01, **retry}))
-    judge = RubricJudge(rubric="Names the capital of France.", model=model, retries=1, timeout_s=30)
+    judge = RubricJudge(rubric="Names the capital of France.", model=model, mode="holistic", retries=1, timeout_s=30)
     try:
         return evaluate(judge, JudgeContext(submission=Path("/nonexistent"), answer="The capital of France is Paris."))
     finally:
