@@ -35,6 +35,23 @@ _SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "proxy-authorization
 DEFAULT_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
+def read_config_table(path: str | Path, what: str) -> dict[str, Any]:
+    """The table of a TOML file (JSON when it ends in .json); any problem is a one-line ConfigError
+    naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the {what} ({getattr(exc, 'strerror', None) or exc})") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the {what} must be a table/object")
+    return data
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -161,17 +178,7 @@ class ModelConfig(_Strict):
     def load(cls, path: str | Path, **overrides: Any) -> ModelConfig:
         """Read a TOML or JSON run config; `overrides` (flags) win over the file. Any problem is a
         one-line ConfigError naming the file and the field."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read the model config ({getattr(exc, 'strerror', None) or exc})") from None
-        try:
-            data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the model config must be a table/object")
+        data = read_config_table(path, "model config")
         return cls.build({**data, **overrides}, origin=str(path))
 
     @classmethod

@@ -22,9 +22,7 @@ an injection that turns into one is a way out of a bad score)."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import tempfile
-import tomllib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..agents.model_config import ModelConfig
+from ..agents.model_config import ModelConfig, read_config_table
 from ..errors import ConfigError
 from ..judges.base import JudgeContext, Verdict, evaluate
 from ..judges.rubric import JudgeModel, RubricJudge
@@ -102,14 +100,7 @@ class JudgeEvalReport(BaseModel):
 def load_config(path: str | Path) -> tuple[JudgeEvalConfig, Path]:
     """The config and the directory its relative paths start from; ConfigError in one line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the judge-eval config ({getattr(exc, 'strerror', None) or exc})") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
+    data = read_config_table(path, "judge-eval config")
     try:
         return JudgeEvalConfig.model_validate(data), path.resolve().parent
     except ValidationError as exc:
