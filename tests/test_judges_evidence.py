@@ -196,3 +196,10 @@ def test_the_detector_sees_prefixed_keys_equals_signs_singulars_and_polite_reque
 ])
 def test_the_detector_leaves_scores_and_marks_mentioned_in_passing_alone(text):
     assert find_judge_manipulation(text) is None
+
+
+@pytest.mark.parametrize("mode", ["evidence", "claims", "holistic"])
+def test_a_pasted_log_earns_nothing_however_it_is_spaced(tmp_path, mode):
+    log = (ROOT / "examples/essay_review/data/incident.log").read_text()
+    assert grade(essay_judge(mode=mode), log, tmp_path).score == 0.0
+    assert grade(essay_judge(mode=mode), " ".join(log.split()), tmp_path).score == 0.0

@@ -64,7 +64,8 @@ class FactCheckModel(JudgeModel):
 
     def __init__(self, facts_file: Path, log_file: Path, scale: int = 10, reports_requests: bool = True) -> None:
         self.facts = {name: re.compile(pattern, re.IGNORECASE) for name, pattern in json.loads(Path(facts_file).read_text()).items()}
-        self.log_lines = [line.split(" ", 1)[1].strip().lower() for line in Path(log_file).read_text().splitlines() if " " in line]
+        # Compared with the normalised text it reads, so spacing cannot hide a pasted line.
+        self.log_lines = [normalise_for_judge(line.split(" ", 1)[1]).strip().lower() for line in Path(log_file).read_text().splitlines() if " " in line]
         self.scale = scale
         self.reports_requests = reports_requests
 
