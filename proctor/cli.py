@@ -171,7 +171,7 @@ def run(
         for col in ("run", "status", "score", "reward", "misbehaviour", "time"):
             table.add_column(col)
         for r in results:
-            style = {"completed": "green", "misbehaved": "red", "infra_error": "yellow"}[r.status]
+            style = {"completed": "green", "misbehaved": "red", "infra_error": "yellow", "abandoned": "yellow"}[r.status]
             table.add_row(r.run_id, f"[{style}]{r.status}[/]", f"{r.score:.3f}", f"{r.reward:.3f}",
                           ", ".join(sorted({m.kind for m in r.misbehaviour})) or "-", f"{r.timings.total_s:.1f}s")
         console.print(table)
