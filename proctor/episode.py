@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import policies
 from .agents.base import Agent, AgentError, AgentTimeout, AgentTurn, Observation, TurnUsage
@@ -47,7 +47,7 @@ from .sandbox import Sandbox, SandboxSpec
 from .tasks.loading import Environment, resolved
 from .tasks.models import Instance, StepHookContext, Task
 from .tasks.packages import missing_packages
-from .tools.base import ToolCall, ToolContext, ToolResult
+from .tools.base import ToolCall, ToolContext, ToolResult, describe_validation_error
 from .tools.registry import call_tool, make_tools
 from .transcript import Transcript
 
@@ -268,6 +268,26 @@ class Episode:
             self._require_running()
             self._guarded(self._agent_failed_now, exc)
             return self._answer_step()
+
+    @property
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tools this episode offers: name, description, parameters (JSON schema)."""
+        return list(self._specs)
+
+    def check_call(self, tool: Any, arguments: Any) -> str | None:
+        """Why a tool call cannot be run as given (no such tool here, arguments not of its
+        schema), in one line; None when it can. For drivers that refuse a bad call outright
+        instead of spending a turn on it."""
+        by_name = {t.name: t for t in self._tools}
+        if not isinstance(tool, str) or tool not in by_name:
+            return f"unknown tool {tool!r}; this task offers: {', '.join(by_name) or 'none (reset first)'}"
+        if not isinstance(arguments, dict):
+            return f"{tool}: arguments must be a JSON object, got {type(arguments).__name__}"
+        try:
+            by_name[tool].Arguments.model_validate(arguments)
+        except ValidationError as exc:
+            return describe_validation_error(tool, exc)
+        return None
 
     def observation(self) -> EpisodeObservation:
         task = self.task
