@@ -87,3 +87,16 @@ def test_the_rollout_benchmark_runs_and_reports_every_figure() -> None:
     res = json.loads(proc.stdout)
     for key in ("bare_sandbox_ms", "rollout_ms", "ratio"):
         _positive(res, key)
+
+
+@needs_sandbox_host
+def test_the_server_benchmark_runs_and_reports_every_figure() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH.with_name("server.py")), "--quick", "--json"],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads(proc.stdout)
+    for key in ("direct_step_ms", "served_step_ms"):
+        _positive(res, key)
+    assert isinstance(res["overhead_ms"], float)
