@@ -233,3 +233,30 @@ def test_32_concurrent_episodes_through_one_server_all_finish_with_the_right_rew
 
     results = asyncio.run(main())
     assert results == [(1.0 if i % 2 == 0 else 0.0, True) for i in range(32)]
+
+
+def test_a_client_that_floods_frames_without_reading_does_not_stop_other_sessions(server):
+    url, _ = server
+    ws_url = url.replace("http", "ws") + "/ws"
+    with connect(ws_url) as flood:
+        for _ in range(2000):
+            flood.send('{"type": "dance"}')
+        with connect(ws_url) as other:
+            assert _frame(other, {"type": "step", "data": {"type": "list_tools"}})["type"] == "observation"
+        assert json.loads(flood.recv(timeout=60))["type"] == "error"
+
+
+def test_a_silent_client_is_closed_after_the_idle_timeout_and_its_episode_abandoned(confinement, tmp_path):
+    proc, port = _start(tmp_path, "--idle-timeout", "2")
+    try:
+        with connect(f"ws://127.0.0.1:{port}/ws") as ws:
+            run_id = _frame(ws, {"type": "reset", "data": {"task": "q3-revenue"}})["data"]["observation"]["run_id"]
+            reply = json.loads(ws.recv(timeout=30))
+            assert reply["type"] == "error" and "silent" in reply["data"]["message"]
+        path = tmp_path / run_id / "result.json"
+        deadline = time.monotonic() + 30
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert read_result(path).status == "abandoned"
+    finally:
+        _stop(proc)
