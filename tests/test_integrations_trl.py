@@ -72,5 +72,6 @@ def test_a_bad_call_is_answered_in_the_tool_output_and_costs_no_turn(confinement
     env = env_cls()
     env.reset(task="q3-revenue")
     assert env.bash(command=7).startswith("[error] bash: argument 'command'")
+    assert env.bash(cmd="ls").startswith("[error] bash:")
     assert env.episode.state().turns == 0
     env.get_reward()

@@ -42,7 +42,10 @@ def tool_method(tool: Tool):
     name = tool.name
 
     def method(self, *args: Any, **kwargs: Any) -> str:
-        bound = method.__signature__.bind(self, *args, **kwargs)
+        try:
+            bound = method.__signature__.bind(self, *args, **kwargs)
+        except TypeError as exc:  # the trainer's parser passed a missing or unknown argument
+            return f"[error] {name}: {exc}"
         arguments = {k: v for k, v in bound.arguments.items() if k != "self" and v is not None}
         return self._call_tool(name, arguments)
 
