@@ -171,7 +171,7 @@ def run(
         for col in ("run", "status", "score", "reward", "misbehaviour", "time"):
             table.add_column(col)
         for r in results:
-            style = {"completed": "green", "misbehaved": "red", "infra_error": "yellow"}[r.status]
+            style = {"completed": "green", "misbehaved": "red", "infra_error": "yellow", "abandoned": "yellow"}[r.status]
             table.add_row(r.run_id, f"[{style}]{r.status}[/]", f"{r.score:.3f}", f"{r.reward:.3f}",
                           ", ".join(sorted({m.kind for m in r.misbehaviour})) or "-", f"{r.timings.total_s:.1f}s")
         console.print(table)
@@ -180,6 +180,40 @@ def run(
                 console.print(f"[yellow]{r.run_id}:[/yellow] {error}", highlight=False)
         console.print(f"results in {out}/<run_id>/result.json", highlight=False)
     raise typer.Exit(1 if any(r.status == "infra_error" for r in results) else 0)
+
+
+@app.command()
+def serve(
+    env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; anything but loopback needs --token-env."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on."),
+    max_sessions: int = typer.Option(32, "--max-sessions", min=1, help="WebSocket sessions (episodes) at once."),
+    token_env: str | None = typer.Option(None, "--token-env", help="NAME of the environment variable holding the bearer token clients must send."),
+    out: str = typer.Option("runs", "--out", help="Directory for each episode's OUT/<run_id>/result.json and transcript.jsonl."),
+    penalty: float = typer.Option(0.0, "--penalty", min=0.0, help="Reward of a misbehaved rollout is minus this."),
+    idle_timeout: float = typer.Option(900.0, "--idle-timeout", min=1.0, help="Seconds a silent session is kept before its episode is abandoned."),
+    allow_degraded: bool = typer.Option(False, "--allow-degraded", help="Run even if this machine lacks a required protection (results say so)."),
+) -> None:
+    """Serve an environment over OpenEnv's WebSocket protocol (/ws, /health, /metadata, /schema) for a trainer to drive."""
+    import os
+    from pathlib import Path
+
+    loaded = _load(env)
+    try:
+        from .harness import RolloutConfig
+        from .server import ServeConfig, require_token_off_loopback
+        from .server import serve as run_server
+
+        token = os.environ.get(token_env) or None if token_env else None
+        require_token_off_loopback(host, token, token_env)
+        config = ServeConfig(out_dir=Path(out), max_sessions=max_sessions, token=token, idle_timeout_s=idle_timeout,
+                             rollout=RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded))
+    except ImportError as exc:
+        _fail(ConfigError(f"proctor serve needs the serve extra ({exc.name} is missing): pip install 'proctor[serve]'"))
+    except ProctorError as exc:
+        _fail(exc)
+    typer.echo(f"serving {env} on http://{host}:{port} (WebSocket /ws); results in {out}/<run_id>/", err=True)
+    run_server(loaded, config, host=host, port=port)
 
 
 def _model_config(agent: str, path: str | None, flags: dict):

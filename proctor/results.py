@@ -1,9 +1,10 @@
 """What one rollout produces for a trainer: `result.json`, one RolloutResult per rollout.
 
-Three outcome classes, because a trainer needs them: `completed` (a real score), `misbehaved`
+Four outcome classes, because a trainer needs them: `completed` (a real score), `misbehaved`
 (an attempt to cheat or to break the harness was seen: reward is the configured penalty, with
 the evidence), `infra_error` (the harness, a judge's provider or the model provider failed:
-mask it, do not learn from it)."""
+mask it, do not learn from it), and `abandoned` (the driver left before the rollout ended, e.g. a
+client that disconnected from `proctor serve`: the sandbox was torn down; mask it too)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .tasks.models import Instance
 
-Status = Literal["completed", "misbehaved", "infra_error"]
+Status = Literal["completed", "misbehaved", "infra_error", "abandoned"]
 StepEnd = Literal[
     "submit", "text", "agent_finished", "turn_budget", "token_budget", "cost_budget", "step_time", "rollout_time",
-    "agent_error", "not_reached",
+    "agent_error", "not_reached", "abandoned",
 ]
 
 

@@ -35,7 +35,7 @@ fi
 stamp=.venv/.proctor-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     [ -x .venv/bin/python ] || "$PY" -m venv .venv
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,serve,trainers]"
     touch "$stamp"
 fi
 

@@ -22,6 +22,14 @@ needs_sandbox_host = pytest.mark.skipif(
 )
 
 
+def _quick(script: str, timeout: int = 120) -> dict:
+    """A benchmark's --quick --json run, which must succeed."""
+    proc = subprocess.run([sys.executable, str(BENCH.with_name(script)), "--quick", "--json"],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
 def _positive(section: dict, *path: str) -> float:
     value = section
     for key in path:
@@ -65,12 +73,7 @@ def test_the_sandbox_benchmark_runs_and_reports_every_figure() -> None:
 
 @needs_sandbox_host
 def test_the_tools_and_custody_benchmark_runs_and_reports_every_figure() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH.with_name("tools_custody.py")), "--quick", "--json"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    res = json.loads(proc.stdout)
+    res = _quick("tools_custody.py")
     for key in ("tool_ms", "pipe_ms", "ratio"):
         _positive(res["bash"], key)
     for key in ("custody_s", "cp_a_s", "ratio"):
@@ -79,11 +82,14 @@ def test_the_tools_and_custody_benchmark_runs_and_reports_every_figure() -> None
 
 @needs_sandbox_host
 def test_the_rollout_benchmark_runs_and_reports_every_figure() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH.with_name("rollout.py")), "--quick", "--json"],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    res = json.loads(proc.stdout)
+    res = _quick("rollout.py")
     for key in ("bare_sandbox_ms", "rollout_ms", "ratio"):
         _positive(res, key)
+
+
+@needs_sandbox_host
+def test_the_server_benchmark_runs_and_reports_every_figure() -> None:
+    res = _quick("server.py", timeout=180)
+    for key in ("direct_step_ms", "served_step_ms"):
+        _positive(res, key)
+    assert isinstance(res["overhead_ms"], float)
