@@ -1,0 +1,111 @@
+"""The student's own inodes for everything it reads: no host inode, no host filesystem counter.
+
+Bind-mounting the host's /usr, /etc files, the runtime and /data gives every sandbox the *same*
+inodes and the host filesystem's `statvfs`: an `flock` or an inotify watch on
+/usr/lib/os-release in one sandbox is seen by another live one (a judge's sandbox included), and
+`df -i /usr` moves when custody copies files onto the host. So each sandbox gets one small tmpfs
+of its own (`view/`, made by the harness under its root-only state dir) holding:
+
+- `etc/`: a copy of the allowlisted /etc plus the generated identity files;
+- `proc/`: the masked /proc files (see procmask);
+- `dev/`: its own null, zero, full, random, urandom and tty nodes (bubblewrap's --dev binds the
+  host's, whose inodes every sandbox shares);
+- `ovl/N/`: a read-only overlay per read-only directory (system dirs, the runtime, /data,
+  read-only task mounts) whose upper layer is on this tmpfs. Overlay inodes belong to their own
+  superblock, so locks, inotify watches and fanotify inode marks land on this sandbox's inodes,
+  and `statvfs` answers with the upper tmpfs's counters, which nothing moves after creation.
+
+What the overlays still share is the lower files' page cache: see docs/sandbox.md."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+from ..errors import SandboxError
+from . import procmask, tmpfs
+from .host import binaries
+from .models import MiB, SandboxLimits
+
+VIEW_BYTES = 64 * MiB  # a ceiling: pages are used only for what is written (about 1 MiB)
+VIEW_INODES = 65_536
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+def _escape(path: str) -> str:
+    # overlayfs splits its options at ',' and lowerdir at ':'; a backslash escapes either.
+    return path.replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
+
+
+class OwnView:
+    """One sandbox's private filesystem under `root` (a host path only the harness can reach)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.etc = root / "etc"
+        self.proc = root / "proc"
+        self.empty = root / "empty"
+        self.dev = root / "dev"
+        self._overlays: dict[str, Path] = {}
+
+    def build(self, etc_names: tuple[str, ...], identity: dict[str, str], limits: SandboxLimits) -> None:
+        self.root.mkdir(mode=0o700, exist_ok=True)
+        # Device nodes must work here, so no nodev; the directory above is root-only and the
+        # student, without CAP_MKNOD, can make none of its own.
+        tmpfs.mount_tmpfs(self.root, size=VIEW_BYTES, inodes=VIEW_INODES, uid=0, gid=0, mode=0o755, devices=True)
+        self._copy_etc(etc_names, identity)
+        self._write_proc(limits)
+        self._make_devices()
+        self.empty.mkdir(mode=0o555)
+
+    def _copy_etc(self, names: tuple[str, ...], identity: dict[str, str]) -> None:
+        self.etc.mkdir(mode=0o755)
+        present = [f"/etc/{n}" for n in names if os.path.lexists(f"/etc/{n}")]
+        if present:
+            # cp -a keeps symlinks as symlinks (/etc/os-release -> ../usr/lib/os-release).
+            res = subprocess.run([binaries()["cp"], "-a", "--", *present, str(self.etc)], capture_output=True, text=True)
+            if res.returncode != 0:
+                raise SandboxError(f"cannot copy /etc into the sandbox view: {res.stderr.strip()}")
+        for name, content in identity.items():
+            path = self.etc / name
+            path.unlink(missing_ok=True)
+            path.write_text(content)
+            os.chmod(path, 0o644)
+
+    def _write_proc(self, limits: SandboxLimits) -> None:
+        for name, content in procmask.contents(limits).items():
+            path = self.proc / name
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            path.write_text(content)
+            os.chmod(path, 0o444)
+
+    def _make_devices(self) -> None:
+        self.dev.mkdir(mode=0o755)
+        for name in DEVICES:
+            try:
+                st = os.stat(f"/dev/{name}")
+            except FileNotFoundError:
+                continue
+            if stat.S_ISCHR(st.st_mode):
+                os.mknod(self.dev / name, stat.S_IFCHR | 0o666, st.st_rdev)
+                os.chmod(self.dev / name, 0o666)
+
+    def devices(self) -> list[str]:
+        return sorted(p.name for p in self.dev.iterdir())
+
+    def overlay(self, lower: str) -> str:
+        """A read-only view of host directory `lower` with this sandbox's own inodes."""
+        if lower in self._overlays:
+            return str(self._overlays[lower] / "merged")
+        base = self.root / "ovl" / str(len(self._overlays))
+        for part in ("upper", "work", "merged"):
+            (base / part).mkdir(mode=0o755, parents=True)
+        options = f"lowerdir={_escape(lower)},upperdir={_escape(str(base / 'upper'))},workdir={_escape(str(base / 'work'))}"
+        try:
+            tmpfs.mount("overlay", base / "merged", "overlay", options, read_only=True)
+        except SandboxError as exc:
+            raise SandboxError(f"cannot give the sandbox its own view of {lower} (overlayfs): {exc}") from None
+        self._overlays[lower] = base
+        return str(base / "merged")
