@@ -1,0 +1,167 @@
+"""Bandwidth of the covert channels a sandbox cannot close on this runtime, measured with a
+sender in one real sandbox and a receiver in another, both as students.
+
+    python bench/covert.py [--json] [--bits N]
+
+1. page cache: the sender reads one byte of chosen 1 MiB-spaced pages of cold files under /usr
+   (read-only overlays still share the lower files' page cache); the receiver times its own first
+   read of every page (fast = cached = 1). Between rounds the harness evicts the files' pages
+   (as a student could by switching to files nobody has read).
+2. CPU contention: in each 50 ms slot the sender spins (1) or sleeps (0); the receiver counts
+   its own loop iterations per slot and reads /proc/uptime's idle column (host-global).
+
+Each reports bits sent, bit error rate and bits per second of channel time (the sender's and the
+receiver's run time; sandbox start and the harness's eviction are not counted)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from proctor.sandbox import Sandbox, SandboxSpec  # noqa: E402
+
+SPACING = 1 << 20  # beyond the kernel's readahead window, so one probe loads no neighbour
+SEND_PAGES = """
+import os, sys, time
+t = time.perf_counter()
+for item in sys.stdin.read().split():
+    path, off = item.rsplit("@", 1)
+    fd = os.open(path, os.O_RDONLY); os.pread(fd, 1, int(off)); os.close(fd)
+print(time.perf_counter() - t)
+"""
+PROBE_PAGES = """
+import os, sys, time
+items = sys.stdin.read().split()
+fds = {}
+out = []
+t = time.perf_counter()
+for item in items:
+    path, off = item.rsplit("@", 1)
+    fd = fds.get(path) or fds.setdefault(path, os.open(path, os.O_RDONLY))
+    a = time.perf_counter_ns(); os.pread(fd, 1, int(off)); out.append(time.perf_counter_ns() - a)
+print(time.perf_counter() - t)
+print(" ".join(map(str, out)))
+"""
+SEND_CPU = """
+import sys, time
+t0, slot, bits = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+for i, b in enumerate(bits):
+    end = t0 + (i + 1) * slot
+    while time.time() < t0 + i * slot: time.sleep(0.001)
+    if b == "1":
+        while time.time() < end: pass
+    else:
+        time.sleep(max(0.0, end - time.time()))
+"""
+PROBE_CPU = """
+import sys, time
+t0, slot, n = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+idle = lambda: float(open("/proc/uptime").read().split()[1])
+rows = []
+for i in range(n):
+    while time.time() < t0 + i * slot: pass
+    end, k, i0 = t0 + (i + 1) * slot - 0.002, 0, idle()
+    while time.time() < end: k += 1
+    rows.append(f"{k}:{idle() - i0:.3f}")
+print(" ".join(rows))
+"""
+
+
+def cold_files(min_bytes: int = 8 << 20, limit: int = 40) -> list[str]:
+    found = []
+    for root in ("/usr/lib", "/usr/share"):
+        for dirpath, _, names in os.walk(root):
+            for name in names:
+                p = os.path.join(dirpath, name)
+                try:
+                    if not os.path.islink(p) and os.path.getsize(p) >= min_bytes:
+                        found.append(p)
+                except OSError:
+                    pass
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def evict(files: list[str]) -> None:
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def decide(values: list[float], high_is_one: bool) -> list[int]:
+    """Two clusters by 2-means on the logarithms (e.g. 2 µs cached against 100 µs from disk)."""
+    logs = [math.log(max(v, 1e-9)) for v in values]
+    lo, hi = min(logs), max(logs)
+    for _ in range(20):
+        cut = (lo + hi) / 2
+        low = [x for x in logs if x <= cut] or [lo]
+        high = [x for x in logs if x > cut] or [hi]
+        lo, hi = sum(low) / len(low), sum(high) / len(high)
+    return [int((x > cut) == high_is_one) for x in logs]
+
+
+def page_cache(sender: Sandbox, receiver: Sandbox, bits: int) -> dict:
+    files = cold_files()
+    slots = [f"{p}@{off}" for p in files for off in range(0, os.path.getsize(p) - 4096, SPACING)][:bits]
+    evict(files)
+    msg = [random.getrandbits(1) for _ in slots]
+    sent = sender.run(["python3", "-c", SEND_PAGES], input=" ".join(s for s, b in zip(slots, msg) if b).encode(), timeout=120)
+    res = receiver.run(["python3", "-c", PROBE_PAGES], input=" ".join(slots).encode(), timeout=120)
+    lines = res.text.split("\n")
+    ns = [int(x) for x in lines[1].split()]
+    got = decide(ns, high_is_one=False)
+    errors = sum(a != b for a, b in zip(msg, got))
+    seconds = float(sent.text.strip()) + float(lines[0])
+    cached = sorted(n for n, b in zip(ns, msg) if b)
+    cold = sorted(n for n, b in zip(ns, msg) if not b)
+    evict(files)
+    return {
+        "bits": len(slots), "errors": errors, "seconds": round(seconds, 3),
+        "bits_per_s": round((len(slots) - 2 * errors) / seconds, 1),
+        "median_cached_us": cached[len(cached) // 2] / 1000 if cached else None,
+        "median_cold_us": cold[len(cold) // 2] / 1000 if cold else None,
+    }
+
+
+def cpu_contention(sender: Sandbox, receiver: Sandbox, bits: int, slot: float = 0.05) -> dict:
+    msg = "".join(random.choice("01") for _ in range(bits))
+    t0 = time.time() + 1.5
+    proc = sender.spawn(["python3", "-c", SEND_CPU, str(t0), str(slot), msg])
+    res = receiver.run(["python3", "-c", PROBE_CPU, str(t0), str(slot), str(bits)], timeout=60 + bits * slot)
+    proc.popen.wait(timeout=30)
+    rows = [r.split(":") for r in res.text.split()]
+    out = {"bits": bits, "slot_s": slot}
+    for name, col, high_is_one in (("loop", 0, False), ("uptime_idle", 1, False)):
+        got = decide([float(r[col]) for r in rows], high_is_one)
+        errors = sum(int(a) != b for a, b in zip(msg, got))
+        out[f"{name}_errors"] = errors
+        out[f"{name}_bits_per_s"] = round(max(0, bits - 2 * errors) / (bits * slot), 1)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bits", type=int, default=256)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    with Sandbox.create(SandboxSpec()) as sender, Sandbox.create(SandboxSpec()) as receiver:
+        result = {"page_cache": page_cache(sender, receiver, args.bits), "cpu_contention": cpu_contention(sender, receiver, min(args.bits, 64))}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for name, figures in result.items():
+            print(f"{name}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+if __name__ == "__main__":
+    main()
