@@ -6,7 +6,8 @@ inodes and the host filesystem's `statvfs`: an `flock` or an inotify watch on
 `df -i /usr` moves when custody copies files onto the host. So each sandbox gets one small tmpfs
 of its own (`view/`, made by the harness under its root-only state dir) holding:
 
-- `etc/`: a copy of the allowlisted /etc plus the generated identity files;
+- `ovl/0/`: /etc, an overlay of the allowlisted /etc (copied once per harness process into
+  a root-only template) with the generated identity files in its upper layer;
 - `proc/`: the masked /proc files (see procmask);
 - `dev/`: its own null, zero, full, random, urandom and tty nodes (bubblewrap's --dev binds the
   host's, whose inodes every sandbox shares);
@@ -19,19 +20,64 @@ What the overlays still share is the lower files' page cache: see docs/sandbox.m
 
 from __future__ import annotations
 
+import atexit
 import os
+import secrets
+import shutil
 import stat
 import subprocess
+import threading
 from pathlib import Path
 
 from ..errors import SandboxError
 from . import procmask, tmpfs
-from .host import binaries
+from .host import binaries, state_dir
 from .models import MiB, SandboxLimits
 
 VIEW_BYTES = 64 * MiB  # a ceiling: pages are used only for what is written (about 1 MiB)
 VIEW_INODES = 65_536
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+_template: Path | None = None
+_template_lock = threading.Lock()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def etc_template(names: tuple[str, ...]) -> Path:
+    """The allowlisted /etc, copied once per harness process (a copy per sandbox costs tens of
+    milliseconds: /etc/alternatives alone holds hundreds of links). Templates of harnesses that
+    died are removed here; this process's is removed at exit."""
+    global _template
+    with _template_lock:
+        if _template is not None:
+            return _template
+        parent = state_dir("etc-templates")
+        for old in parent.iterdir():
+            pid = old.name.split("-", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                shutil.rmtree(old, ignore_errors=True)
+        template = parent / f"{os.getpid()}-{secrets.token_hex(4)}"
+        template.mkdir(mode=0o755)
+        present = [f"/etc/{n}" for n in names if os.path.lexists(f"/etc/{n}")]
+        if present:
+            # cp -a keeps symlinks as symlinks (/etc/os-release -> ../usr/lib/os-release).
+            res = subprocess.run([binaries()["cp"], "-a", "--", *present, str(template)], capture_output=True, text=True)
+            if res.returncode != 0:
+                shutil.rmtree(template, ignore_errors=True)
+                raise SandboxError(f"cannot copy /etc for the sandbox view: {res.stderr.strip()}")
+        atexit.register(shutil.rmtree, template, True)
+        _template = template
+        return template
 
 
 def _escape(path: str) -> str:
@@ -44,7 +90,7 @@ class OwnView:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.etc = root / "etc"
+        self.etc = ""  # the merged /etc, once built
         self.proc = root / "proc"
         self.empty = root / "empty"
         self.dev = root / "dev"
@@ -55,24 +101,10 @@ class OwnView:
         # Device nodes must work here, so no nodev; the directory above is root-only and the
         # student, without CAP_MKNOD, can make none of its own.
         tmpfs.mount_tmpfs(self.root, size=VIEW_BYTES, inodes=VIEW_INODES, uid=0, gid=0, mode=0o755, devices=True)
-        self._copy_etc(etc_names, identity)
+        self.etc = self.overlay(str(etc_template(etc_names)), identity)
         self._write_proc(limits)
         self._make_devices()
         self.empty.mkdir(mode=0o555)
-
-    def _copy_etc(self, names: tuple[str, ...], identity: dict[str, str]) -> None:
-        self.etc.mkdir(mode=0o755)
-        present = [f"/etc/{n}" for n in names if os.path.lexists(f"/etc/{n}")]
-        if present:
-            # cp -a keeps symlinks as symlinks (/etc/os-release -> ../usr/lib/os-release).
-            res = subprocess.run([binaries()["cp"], "-a", "--", *present, str(self.etc)], capture_output=True, text=True)
-            if res.returncode != 0:
-                raise SandboxError(f"cannot copy /etc into the sandbox view: {res.stderr.strip()}")
-        for name, content in identity.items():
-            path = self.etc / name
-            path.unlink(missing_ok=True)
-            path.write_text(content)
-            os.chmod(path, 0o644)
 
     def _write_proc(self, limits: SandboxLimits) -> None:
         for name, content in procmask.contents(limits).items():
@@ -95,13 +127,17 @@ class OwnView:
     def devices(self) -> list[str]:
         return sorted(p.name for p in self.dev.iterdir())
 
-    def overlay(self, lower: str) -> str:
-        """A read-only view of host directory `lower` with this sandbox's own inodes."""
+    def overlay(self, lower: str, files: dict[str, str] | None = None) -> str:
+        """A read-only view of host directory `lower` with this sandbox's own inodes; `files`
+        (name: content) are laid over it."""
         if lower in self._overlays:
             return str(self._overlays[lower] / "merged")
         base = self.root / "ovl" / str(len(self._overlays))
         for part in ("upper", "work", "merged"):
             (base / part).mkdir(mode=0o755, parents=True)
+        for name, content in (files or {}).items():
+            (base / "upper" / name).write_text(content)
+            os.chmod(base / "upper" / name, 0o644)
         options = f"lowerdir={_escape(lower)},upperdir={_escape(str(base / 'upper'))},workdir={_escape(str(base / 'work'))}"
         try:
             tmpfs.mount("overlay", base / "merged", "overlay", options, read_only=True)
