@@ -10,8 +10,9 @@ sender in one real sandbox and a receiver in another, both as students.
 2. CPU contention: in each 50 ms slot the sender spins (1) or sleeps (0); the receiver counts
    its own loop iterations per slot and reads /proc/uptime's idle column (host-global).
 
-Each reports bits sent, bit error rate and bits per second of channel time (the sender's and the
-receiver's run time; sandbox start and the harness's eviction are not counted)."""
+Each reports bits sent, errors, and the information rate: the capacity of a binary symmetric
+channel with the measured error rate, per second of channel time (the sender's and receiver's
+run time; sandbox start and the harness's eviction are not counted)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,12 @@ print(" ".join(rows))
 """
 
 
+def capacity(bits: int, errors: int) -> float:
+    """Bits of information per bit sent: a binary symmetric channel with the measured error rate."""
+    p = min(errors / bits, 1 - errors / bits) if bits else 0.5
+    return 1.0 if p == 0 else 1 + p * math.log2(p) + (1 - p) * math.log2(1 - p)
+
+
 def cold_files(min_bytes: int = 8 << 20, limit: int = 40) -> list[str]:
     found = []
     for root in ("/usr/lib", "/usr/share"):
@@ -127,7 +134,7 @@ def page_cache(sender: Sandbox, receiver: Sandbox, bits: int) -> dict:
     evict(files)
     return {
         "bits": len(slots), "errors": errors, "seconds": round(seconds, 3),
-        "bits_per_s": round((len(slots) - 2 * errors) / seconds, 1),
+        "bits_per_s": round(len(slots) * capacity(len(slots), errors) / seconds, 1),
         "median_cached_us": cached[len(cached) // 2] / 1000 if cached else None,
         "median_cold_us": cold[len(cold) // 2] / 1000 if cold else None,
     }
@@ -145,17 +152,18 @@ def cpu_contention(sender: Sandbox, receiver: Sandbox, bits: int, slot: float = 
         got = decide([float(r[col]) for r in rows], high_is_one)
         errors = sum(int(a) != b for a, b in zip(msg, got))
         out[f"{name}_errors"] = errors
-        out[f"{name}_bits_per_s"] = round(max(0, bits - 2 * errors) / (bits * slot), 1)
+        out[f"{name}_bits_per_s"] = round(capacity(bits, errors) / slot, 2)
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bits", type=int, default=256)
+    ap.add_argument("--slot", type=float, default=0.05, help="seconds per bit of the CPU channel")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with Sandbox.create(SandboxSpec()) as sender, Sandbox.create(SandboxSpec()) as receiver:
-        result = {"page_cache": page_cache(sender, receiver, args.bits), "cpu_contention": cpu_contention(sender, receiver, min(args.bits, 64))}
+        result = {"page_cache": page_cache(sender, receiver, args.bits), "cpu_contention": cpu_contention(sender, receiver, min(args.bits, 64), args.slot)}
     if args.json:
         print(json.dumps(result))
     else:
