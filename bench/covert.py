@@ -82,7 +82,7 @@ def capacity(bits: int, errors: int) -> float:
     return 1.0 if p == 0 else 1 + p * math.log2(p) + (1 - p) * math.log2(1 - p)
 
 
-def cold_files(min_bytes: int = 8 << 20, limit: int = 40) -> list[str]:
+def cold_files(min_bytes: int = 2 << 20, limit: int = 200) -> list[str]:
     found = []
     for root in ("/usr/lib", "/usr/share"):
         for dirpath, _, names in os.walk(root):
@@ -120,6 +120,8 @@ def decide(values: list[float], high_is_one: bool) -> list[int]:
 def page_cache(sender: Sandbox, receiver: Sandbox, bits: int) -> dict:
     files = cold_files()
     slots = [f"{p}@{off}" for p in files for off in range(0, os.path.getsize(p) - 4096, SPACING)][:bits]
+    if len(slots) < 2:
+        return {"bits": 0, "note": "no large read-only files under /usr to probe"}
     evict(files)
     msg = [random.getrandbits(1) for _ in slots]
     sent = sender.run(["python3", "-c", SEND_PAGES], input=" ".join(s for s, b in zip(slots, msg) if b).encode(), timeout=120)

@@ -4,10 +4,14 @@ still work. Each attack runs as the student in a real sandbox against the real k
 
 from __future__ import annotations
 
+import json
 import os
 import pty
+import subprocess
+import sys
 import textwrap
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -242,3 +246,19 @@ def test_a_read_only_task_mount_gets_its_own_inodes(make_sandbox, tmp_path):
     assert _ok(box.run(["cat", "/ro/f"])).text == "r"
     assert box.run(["/bin/sh", "-c", "touch /ro/x"]).exit_code != 0
     assert _ok(box.run(["stat", "-f", "-c", "%T", "/ro"])).text.strip() == "overlayfs"
+
+
+def test_the_confinement_report_says_what_is_closed_and_what_stays(confinement):
+    assert confinement.get("own_inodes").status == "enforced"
+    assert confinement.get("host_counters_masked").status == "enforced"
+    residual = confinement.get("shared_host_resources")
+    assert residual.status == "degraded" and "page cache" in residual.detail and "bit/s" in residual.detail
+
+
+def test_the_covert_channel_benchmark_runs_and_reports_both_channels(confinement):
+    bench = Path(__file__).resolve().parents[1] / "bench" / "covert.py"
+    proc = subprocess.run([sys.executable, str(bench), "--bits", "32", "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout)
+    assert res["cpu_contention"]["bits"] == 32 and "loop_bits_per_s" in res["cpu_contention"]
+    assert "bits" in res["page_cache"]
