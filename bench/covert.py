@@ -7,6 +7,8 @@ sender in one real sandbox and a receiver in another, both as students.
    (read-only overlays still share the lower files' page cache); the receiver times its own first
    read of every page (fast = cached = 1). Between rounds the harness evicts the files' pages
    (as a student could by switching to files nobody has read).
+3. TCP socket count: /proc/net/sockstat's `alloc` is host-wide although /proc/net is the
+   network namespace's; the sender holds 4*v sockets (v a 4-bit symbol) per 50 ms slot.
 2. CPU contention: in each 50 ms slot the sender spins (1) or sleeps (0); the receiver counts
    its own loop iterations per slot and reads /proc/uptime's idle column (host-global).
 
@@ -80,6 +82,31 @@ def capacity(bits: int, errors: int) -> float:
     """Bits of information per bit sent: a binary symmetric channel with the measured error rate."""
     p = min(errors / bits, 1 - errors / bits) if bits else 0.5
     return 1.0 if p == 0 else 1 + p * math.log2(p) + (1 - p) * math.log2(1 - p)
+
+
+SEND_SOCKETS = """
+import socket, sys, time
+t0, slot, symbols, step = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3].split(","), int(sys.argv[4])
+for i, v in enumerate(symbols):
+    while time.time() < t0 + i * slot: time.sleep(0.0005)
+    held = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(int(v) * step)]
+    time.sleep(max(0.0, t0 + (i + 1) * slot - time.time()))
+    for s in held: s.close()
+"""
+PROBE_SOCKETS = """
+import sys, time
+t0, slot, n = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+def alloc():
+    for line in open("/proc/net/sockstat"):
+        if line.startswith("TCP:"):
+            f = line.split(); return int(f[f.index("alloc") + 1])
+base = alloc()
+out = []
+for i in range(n):
+    while time.time() < t0 + (i + 0.5) * slot: time.sleep(0.0005)
+    out.append(alloc() - base)
+print(" ".join(map(str, out)))
+"""
 
 
 def cold_files(min_bytes: int = 2 << 20, limit: int = 200) -> list[str]:
@@ -158,6 +185,21 @@ def cpu_contention(sender: Sandbox, receiver: Sandbox, bits: int, slot: float = 
     return out
 
 
+def socket_count(sender: Sandbox, receiver: Sandbox, symbols: int, slot: float = 0.05, levels: int = 16, step: int = 4) -> dict:
+    """/proc/net/sockstat's TCP `alloc` counts every TCP socket on the host, whatever its network
+    namespace: the sender holds step*v sockets during slot i, the receiver reads the count."""
+    msg = [random.randrange(levels) for _ in range(symbols)]
+    t0 = time.time() + 1.5
+    proc = sender.spawn(["python3", "-c", SEND_SOCKETS, str(t0), str(slot), ",".join(map(str, msg)), str(step)])
+    res = receiver.run(["python3", "-c", PROBE_SOCKETS, str(t0), str(slot), str(symbols)], timeout=60 + symbols * slot)
+    proc.popen.wait(timeout=30)
+    got = [round(int(x) / step) for x in res.text.split()]
+    errors = sum(a != b for a, b in zip(msg, got))
+    bits = math.log2(levels)
+    return {"symbols": symbols, "bits_per_symbol": bits, "slot_s": slot, "symbol_errors": errors,
+            "bits_per_s_lower_bound": round(max(0.0, bits * (symbols - errors) / symbols - (1 if errors else 0)) / slot, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bits", type=int, default=256)
@@ -165,7 +207,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with Sandbox.create(SandboxSpec()) as sender, Sandbox.create(SandboxSpec()) as receiver:
-        result = {"page_cache": page_cache(sender, receiver, args.bits), "cpu_contention": cpu_contention(sender, receiver, min(args.bits, 64), args.slot)}
+        result = {"page_cache": page_cache(sender, receiver, args.bits), "cpu_contention": cpu_contention(sender, receiver, min(args.bits, 64), args.slot),
+                  "tcp_socket_count": socket_count(sender, receiver, min(args.bits, 64))}
     if args.json:
         print(json.dumps(result))
     else:

@@ -261,4 +261,4 @@ def test_the_covert_channel_benchmark_runs_and_reports_both_channels(confinement
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout)
     assert res["cpu_contention"]["bits"] == 32 and "loop_bits_per_s" in res["cpu_contention"]
-    assert "bits" in res["page_cache"]
+    assert "bits" in res["page_cache"] and res["tcp_socket_count"]["symbols"] == 32

@@ -23,11 +23,13 @@ DEFAULT_REQUIRED = (
 # (2 cores, kernel 6.18); docs/sandbox.md has the numbers and what gVisor changes.
 RESIDUAL = (
     "the page cache of the read-only files the overlays share with the host and other sandboxes "
-    "(a sender reads a cold page, a receiver times its first read: 2 us cached against 60 us from "
-    "disk; 1,300-6,600 bit/s with at most 1 error in 512 bits, each cold page usable once); CPU "
-    "and memory contention (about 2.5 bit/s through a receiver's own loop speed on a busy 2-core "
-    "machine, more on a quiet one) and /proc/uptime's idle column. bench/covert.py measures them; "
-    "a gVisor runtime has its own page cache and /proc."
+    "(a sender reads a cold page, a receiver times its first read: 2 us cached against 60-100 us "
+    "from disk; 1,000-6,600 bit/s, at most 4 errors in 256 bits, each cold page usable once); the "
+    "host-wide TCP socket count and socket memory in /proc/net/sockstat (a per-process directory "
+    "that cannot be bound over: 80 bit/s without error, above 250 bit/s with errors); CPU and "
+    "memory contention and /proc/uptime's idle column (0.2-2.5 bit/s on a busy 2-core machine, "
+    "more on a quiet one). bench/covert.py measures them; a gVisor runtime has its own /proc "
+    "and file cache."
 )
 PROBE_LIMITS = SandboxLimits(memory_bytes=96 * MiB, pids=32, cpus=0.5, workdir_bytes=3 * MiB, workdir_inodes=333)
 _PROBE = r"""

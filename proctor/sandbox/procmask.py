@@ -23,8 +23,7 @@ EMPTIED = (
     "vmstat", "zoneinfo", "buddyinfo", "pagetypeinfo", "diskstats", "interrupts", "softirqs",
     "schedstat", "locks", "keys", "key-users", "cgroups", "crypto", "modules", "slabinfo",
     "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/inode-state", "sys/fs/dentry-state",
-    "sys/fs/aio-nr", "sys/kernel/hung_task_detect_count", "sys/kernel/msg_next_id",
-    "sys/kernel/sem_next_id", "sys/kernel/shm_next_id",
+    "sys/fs/aio-nr", "sys/kernel/hung_task_detect_count",
 )
 # Whole directories of global counters: the host filesystem's free blocks per group and journal
 # transactions (fs/), pressure stall averages (pressure/), quota operation counts (sys/fs/quota/).
@@ -40,7 +39,8 @@ CLASSES: dict[str, tuple[str, ...]] = {
         "sys/kernel/ns_last_pid", "sys/kernel/hostname", "sys/kernel/domainname", "mounts",
         "sys/kernel/msgmax", "sys/kernel/msgmnb", "sys/kernel/msgmni", "sys/kernel/sem",
         "sys/kernel/shmall", "sys/kernel/shmmax", "sys/kernel/shmmni", "sys/kernel/shm_rmid_forced",
-        "sys/kernel/auto_msgmni", "sys/user/",
+        "sys/kernel/auto_msgmni", "sys/kernel/msg_next_id", "sys/kernel/sem_next_id",
+        "sys/kernel/shm_next_id", "sys/user/",
     ),
     # Fixed at boot or set only by the host's root: limits, tunables, hardware description.
     "static": (
@@ -52,7 +52,10 @@ CLASSES: dict[str, tuple[str, ...]] = {
         "zswap",
     ),
     # Host-global and readable; what it carries and why it stays is in docs/sandbox.md.
-    "residual": ("uptime",),
+    # /proc/<pid>/net is per process, so it cannot be bound over; these few fields in it count
+    # the whole host: TCP sockets allocated and TCP/UDP memory (sockstat, protocols), packets
+    # per CPU (softnet_stat).
+    "residual": ("uptime", "net/sockstat", "net/sockstat6", "net/protocols", "net/softnet_stat"),
 }
 
 
