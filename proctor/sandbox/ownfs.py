@@ -53,20 +53,23 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def remove_dead_templates() -> None:
+    """Templates of harnesses that died (reclaim calls this after their sandboxes are gone)."""
+    for old in state_dir("etc-templates").iterdir():
+        pid = old.name.split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def etc_template(names: tuple[str, ...]) -> Path:
     """The allowlisted /etc, copied once per harness process (a copy per sandbox costs tens of
-    milliseconds: /etc/alternatives alone holds hundreds of links). Templates of harnesses that
-    died are removed here; this process's is removed at exit."""
+    milliseconds: /etc/alternatives alone holds hundreds of links); removed at exit, or by
+    reclaim if the process dies."""
     global _template
     with _template_lock:
         if _template is not None:
             return _template
-        parent = state_dir("etc-templates")
-        for old in parent.iterdir():
-            pid = old.name.split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-                shutil.rmtree(old, ignore_errors=True)
-        template = parent / f"{os.getpid()}-{secrets.token_hex(4)}"
+        template = state_dir("etc-templates") / f"{os.getpid()}-{secrets.token_hex(4)}"
         template.mkdir(mode=0o755)
         present = [f"/etc/{n}" for n in names if os.path.lexists(f"/etc/{n}")]
         if present:
