@@ -126,7 +126,15 @@ def contents(limits: SandboxLimits) -> dict[str, str]:
         "sys/kernel/pty/nr": "0\n",
         **{name: "" for name in EMPTIED},
     }
-    return {name: text for name, text in made.items() if os.path.isfile(f"/proc/{name}")}
+    # Only what exists and the student could read: every bind costs bubblewrap a mount.
+    return {name: text for name, text in made.items() if _world_readable(f"/proc/{name}")}
+
+
+def _world_readable(path: str) -> bool:
+    try:
+        return os.stat(path).st_mode & 0o004 != 0
+    except OSError:
+        return False
 
 
 def masked_dirs() -> list[str]:
