@@ -34,12 +34,12 @@ from . import procmask, tmpfs
 from .host import binaries, state_dir
 from .models import MiB, SandboxLimits
 
-VIEW_BYTES = 64 * MiB  # a ceiling: pages are used only for what is written (about 1 MiB)
+VIEW_BYTES = 64 * MiB  # a ceiling: pages are used only for what is written (tens of KiB)
 VIEW_INODES = 65_536
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 
 
-_template: Path | None = None
+_template: tuple[int, Path] | None = None  # (the pid that made it, its path)
 _template_lock = threading.Lock()
 
 
@@ -67,8 +67,8 @@ def etc_template(names: tuple[str, ...]) -> Path:
     reclaim if the process dies."""
     global _template
     with _template_lock:
-        if _template is not None:
-            return _template
+        if _template is not None and _template[0] == os.getpid():  # a forked child makes its own
+            return _template[1]
         template = state_dir("etc-templates") / f"{os.getpid()}-{secrets.token_hex(4)}"
         template.mkdir(mode=0o755)
         present = [f"/etc/{n}" for n in names if os.path.lexists(f"/etc/{n}")]
@@ -79,7 +79,7 @@ def etc_template(names: tuple[str, ...]) -> Path:
                 shutil.rmtree(template, ignore_errors=True)
                 raise SandboxError(f"cannot copy /etc for the sandbox view: {res.stderr.strip()}")
         atexit.register(shutil.rmtree, template, True)
-        _template = template
+        _template = (os.getpid(), template)
         return template
 
 
