@@ -6,7 +6,8 @@ Four figures, each interleaved with its own baseline samples (these machines are
 baseline taken minutes earlier says little about the sample next to it):
 
 1. create + first command (`true`) + close, and the three parts separately;
-2. one command (`true`) in a sandbox whose session is already running;
+2. one command (`true`) in a sandbox whose session is already running, and one Python start
+   importing a few modules (reading the runtime and /usr through the sandbox's own overlays);
 3. kill_all() of a fork storm that keeps about 500 processes alive and forking;
 4. memory of idle sandboxes with many alive at once, against as many bare `sleep 1000`.
 
@@ -38,12 +39,14 @@ STORM_SCRIPT = f"for i in $(seq {STORM_PROCS}); do (while :; do sleep 0.01 & wai
 # measured is killing a storm at full strength, not bash retrying forks against the limit.
 STORM_PIDS_LIMIT = 2048
 STORM_RAMP_DEADLINE_S = 60.0
+# Reads dozens of files of the runtime and /usr: through the sandbox's overlays, against the host.
+PYTHON_IMPORT = ("python3", "-c", "import json, email.parser, urllib.request")
 
 
 # -- measuring -------------------------------------------------------------------------------------
-def baseline_once() -> float:
+def baseline_once(argv: tuple[str, ...] = ("bash", "-c", "true")) -> float:
     t = time.perf_counter()
-    subprocess.run(["bash", "-c", "true"], check=True)
+    subprocess.run(argv, check=True)
     return time.perf_counter() - t
 
 
@@ -73,14 +76,14 @@ class _NoGC:
             gc.enable()
 
 
-def interleaved(n: int, measure: Callable[[], None], base: list[float]) -> None:
+def interleaved(n: int, measure: Callable[[], None], base: list[float], baseline: Callable[[], float] = baseline_once) -> None:
     """Alternate one baseline sample and one measured sample, swapping which goes first."""
     for i in range(n):
         if i % 2:
             measure()
-            base.append(baseline_once())
+            base.append(baseline())
         else:
-            base.append(baseline_once())
+            base.append(baseline())
             measure()
 
 
@@ -114,25 +117,34 @@ def bench_lifecycle(n: int) -> dict:
 
 
 # -- 2. one command in a running session -----------------------------------------------------------
-def bench_run(n: int) -> dict:
+def bench_run(n: int, argv: tuple[str, ...] = ("true",), base_argv: tuple[str, ...] = ("bash", "-c", "true")) -> dict:
+    """`argv` in a running session against `base_argv` on the host. With the student runtime's
+    Python importing a module, this is the cost of reading through the sandbox's own overlays."""
     samples: list[float] = []
     base: list[float] = []
     with Sandbox.create() as box:
         box.run(["true"])  # start the session
         for _ in range(5):
-            box.run(["true"])  # warm up
+            box.run(list(argv))  # warm up
 
         def one() -> None:
             t = time.perf_counter()
-            r = box.run(["true"])
+            r = box.run(list(argv))
             samples.append(time.perf_counter() - t)
             if not r.ok:
-                raise SystemExit(f"`true` failed in a running sandbox: {r}")
+                raise SystemExit(f"`{' '.join(argv)}` failed in a running sandbox: {r}")
 
         with _NoGC():
-            interleaved(n, one, base)
+            interleaved(n, one, base, lambda: baseline_once(base_argv))
     b, m = summary(base), summary(samples)
     return {"baseline": b, "run": m, "ratio": ratio(m["median"], b["median"])}
+
+
+def _runtime_python() -> str:
+    from proctor.sandbox.runtime import default_runtime
+
+    runtime = default_runtime()
+    return f"{runtime}/bin/python3" if runtime else "python3"
 
 
 # -- 3. kill_all of a fork storm -------------------------------------------------------------------
@@ -391,6 +403,9 @@ def render(res: dict) -> str:
     rn = res["run_in_session"]
     row("2. `true` in a running session", rn["run"], rn["baseline"])
     row("   baseline bash -c true", rn["baseline"], None)
+    py = res["python_in_session"]
+    row("2b. python3 importing json, email, urllib", py["run"], py["baseline"])
+    row("   baseline: the same on the host", py["baseline"], None)
     st = res["kill_all_fork_storm"]
     row(f"3. kill_all, {STORM_PROCS}-process fork storm", st["kill_all"], st["baseline"])
     row("   storm ramp-up (spawn until >= 500 pids)", st["ramp_s"], None)
@@ -450,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "lifecycle": bench_lifecycle(n_life),
             "run_in_session": bench_run(n_run),
+            "python_in_session": bench_run(max(n_run // 5, 6), PYTHON_IMPORT, (_runtime_python(), *PYTHON_IMPORT[1:])),
             "kill_all_fork_storm": bench_storm(storm_reps, storm_base),
             "idle_memory": bench_memory(mem_count, mem_rounds),
         }

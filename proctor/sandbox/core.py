@@ -32,7 +32,8 @@ from .network import NetworkBridge, net_counters
 from .reaper import become_subreaper, kill_pids, reap_orphans, reap_until_empty
 from .runtime import default_runtime
 from .uids import UidLease, lease_uid
-from .view import Places, bwrap_args, check_trusted_dirs, write_etc
+from .ownfs import OwnView
+from .view import ETC_ALLOWLIST, Places, bwrap_args, check_trusted_dirs, identity_files
 
 # Runs as root on the host, before the command: raise the OOM score (the student dies first),
 # join the command's cgroups, then become the command. The "ok" it writes to stderr is the first
@@ -97,7 +98,7 @@ class Sandbox:
         self._bridge: NetworkBridge | None = None
         self._closed = False
         root = state_dir("sandboxes") / self.id
-        self.places = Places(root, root / "etc", root / "workdir", root / "tmp", root / "shm")
+        self.places = Places(root, root / "view", root / "workdir", root / "tmp", root / "shm")
         self.runtime = spec.runtime or default_runtime()
 
     # -- creation --------------------------------------------------------------------------------
@@ -145,8 +146,9 @@ class Sandbox:
         if self.runtime:
             check_trusted_dirs(student_path(self.runtime))
         self.places.root.mkdir(mode=0o700, exist_ok=True)
-        write_etc(self.places, uid, gid, self.spec.hostname)
         limits = self.spec.limits
+        own = OwnView(self.places.view)
+        own.build(ETC_ALLOWLIST, identity_files(uid, gid, self.spec.hostname), limits)
         for path in (self.places.workdir, self.places.tmp, self.places.shm):
             path.mkdir(mode=0o700, exist_ok=True)
         tmpfs.mount_tmpfs(self.places.workdir, size=limits.workdir_bytes, inodes=limits.workdir_inodes, uid=uid, gid=gid, mode=0o700)
@@ -155,7 +157,7 @@ class Sandbox:
         self._cg.create(limits)
         self._env = student_env(self.runtime, self.spec.env)
         # Built (and validated: data dir, mounts, devices) once, so a bad spec fails at creation.
-        self._bwrap_args = bwrap_args(self.spec, self.places, self.runtime)
+        self._bwrap_args = bwrap_args(self.spec, own, self.places, self.runtime)
         if self.spec.network.allow:
             self._bridge = NetworkBridge(self.spec.network.allow)
 

@@ -13,7 +13,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from . import cgroups, tmpfs
+from . import cgroups, ownfs, tmpfs
 from .host import state_dir
 from .locks import try_lock
 from .reaper import kill_pids, kill_uid, reap_until_empty
@@ -64,6 +64,7 @@ def reclaim_stale() -> list[str]:
             reclaimed.append(sandbox_id)
         finally:
             unlock(sandbox_id, fd)
+    ownfs.remove_dead_templates()
     return reclaimed
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import SandboxError
 
+MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
 MNT_DETACH = 2
@@ -23,11 +24,15 @@ UMOUNT_NOFOLLOW = 8
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
-def mount_tmpfs(target: Path, *, size: int, inodes: int, uid: int, gid: int, mode: int) -> None:
-    options = f"size={size},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}".encode()
-    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", MS_NOSUID | MS_NODEV, options) != 0:
+def mount(source: str, target: Path, fstype: str, options: str, *, devices: bool = False, read_only: bool = False) -> None:
+    flags = MS_NOSUID | (0 if devices else MS_NODEV) | (MS_RDONLY if read_only else 0)
+    if _libc.mount(source.encode(), os.fsencode(target), fstype.encode(), flags, os.fsencode(options)) != 0:
         err = ctypes.get_errno()
-        raise SandboxError(f"cannot mount a tmpfs on {target}: {os.strerror(err)}")
+        raise SandboxError(f"cannot mount {fstype} on {target}: {os.strerror(err)}")
+
+
+def mount_tmpfs(target: Path, *, size: int, inodes: int, uid: int, gid: int, mode: int, devices: bool = False) -> None:
+    mount("tmpfs", target, "tmpfs", f"size={size},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}", devices=devices)
 
 
 def unmount(target: Path) -> None:

@@ -4,7 +4,11 @@ Nothing of the host is visible unless named here: system directories read-only, 
 with generated passwd/group/hosts, the student runtime read-only, task data read-only at /data,
 the capped writable places, a fresh /proc for the new PID namespace and a minimal /dev. /root,
 /home, /opt, /srv, /var, /run, /sys, /tmp of the host and the harness's own environment are
-simply never mounted."""
+simply never mounted.
+
+Nothing the student reads is a host inode either: /etc, the system directories, the runtime,
+/data and read-only task mounts come from the sandbox's own filesystem (ownfs), and /proc's
+host-global counters are masked (procmask)."""
 
 from __future__ import annotations
 
@@ -14,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from . import procmask
 from .host import root_only
 from .models import SandboxSpec
+from .ownfs import OwnView
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 # What programs need from /etc, and nothing that holds a secret (no shadow, no ssh keys, no
@@ -34,35 +40,31 @@ class Places:
     """Host paths of one sandbox's own places."""
 
     root: Path
-    etc: Path
+    view: Path
     workdir: Path
     tmp: Path
     shm: Path
 
 
-def write_etc(places: Places, uid: int, gid: int, hostname: str) -> None:
-    """Generate the identity files: the student is `student`, with no supplementary groups."""
-    places.etc.mkdir(mode=0o755, exist_ok=True)
-    files = {
+def identity_files(uid: int, gid: int, hostname: str) -> dict[str, str]:
+    """The generated identity files: the student is `student`, with no supplementary groups."""
+    return {
         "passwd": f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nstudent:x:{uid}:{gid}:student:/workdir:/bin/bash\n"
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
         "group": f"root:x:0:\nstudent:x:{gid}:\nnogroup:x:65534:\n",
         "hostname": f"{hostname}\n",
         "hosts": f"127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost\n",
     }
-    for name, content in files.items():
-        (places.etc / name).write_text(content)
-        os.chmod(places.etc / name, 0o644)
 
 
-def _system_dir_args(path: str) -> list[str]:
+def _system_dir_args(path: str, own: OwnView) -> list[str]:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return []
     if stat.S_ISLNK(st.st_mode):  # merged-/usr hosts: /bin -> usr/bin
         return ["--symlink", os.readlink(path), path]
-    return ["--ro-bind", path, path]
+    return ["--ro-bind", own.overlay(path), path]
 
 
 def _existing_dir(path: str, what: str) -> str:
@@ -71,30 +73,34 @@ def _existing_dir(path: str, what: str) -> str:
     return path
 
 
-def bwrap_args(spec: SandboxSpec, places: Places, runtime: str | None) -> list[str]:
-    """Arguments to bubblewrap, before `--`, for a sandbox's namespaces and mounts."""
+def _proc_mask_args(own: OwnView) -> list[str]:
+    args = []
+    for path in sorted(own.proc.rglob("*")):
+        if path.is_file():
+            args += ["--ro-bind", str(path), f"/proc/{path.relative_to(own.proc)}"]
+    for name in procmask.masked_dirs():
+        args += ["--ro-bind", str(own.empty), f"/proc/{name}"]
+    return args
+
+
+def bwrap_args(spec: SandboxSpec, own: OwnView, places: Places, runtime: str | None) -> list[str]:
+    """Arguments to bubblewrap, before `--`, for a sandbox's namespaces and mounts. Read-only
+    directories are mounted (as this sandbox's overlays) while the arguments are built."""
     args = [
         "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
         "--hostname", spec.hostname,
         "--die-with-parent",  # a killed harness takes the whole namespace with it
         "--new-session",  # no controlling terminal to push keystrokes into (TIOCSTI)
         "--cap-drop", "ALL",
-        "--perms", "0755", "--dir", "/etc",
     ]
     for d in SYSTEM_DIRS:
-        args += _system_dir_args(d)
-    for name in ETC_ALLOWLIST:
-        host = f"/etc/{name}"
-        if os.path.lexists(host):
-            if os.path.islink(host):
-                args += ["--symlink", os.readlink(host), host]
-            else:
-                args += ["--ro-bind", host, host]
-    for name in ("passwd", "group", "hostname", "hosts"):
-        args += ["--ro-bind", str(places.etc / name), f"/etc/{name}"]
+        args += _system_dir_args(d, own)
     args += [
-        "--proc", "/proc",
+        "--ro-bind", str(own.etc), "/etc",
+        "--proc", "/proc", *_proc_mask_args(own),
         "--dev", "/dev",
+        # bubblewrap's --dev binds the host's nodes: a lock or watch on /dev/null would be shared.
+        *(a for name in own.devices() for a in ("--dev-bind", str(own.dev / name), f"/dev/{name}")),
         "--bind", str(places.shm), "/dev/shm",
         "--bind", str(places.tmp), "/tmp",
         "--bind", str(places.workdir), "/workdir",
@@ -105,13 +111,18 @@ def bwrap_args(spec: SandboxSpec, places: Places, runtime: str | None) -> list[s
         for parent in reversed(Path(runtime).parents):
             if str(parent) != "/":
                 args += ["--perms", "0755", "--dir", str(parent)]
-        args += ["--ro-bind", runtime, runtime]
+        args += ["--ro-bind", own.overlay(runtime), runtime]
     if spec.data_dir:
-        args += ["--ro-bind", _existing_dir(spec.data_dir, "data_dir"), "/data"]
+        args += ["--ro-bind", own.overlay(_existing_dir(spec.data_dir, "data_dir")), "/data"]
     for m in spec.mounts:
         if not os.path.exists(m.source):
             raise ConfigError(f"mount source {m.source!r} does not exist")
-        args += ["--bind" if m.writable else "--ro-bind", m.source, m.target]
+        if m.writable:
+            args += ["--bind", m.source, m.target]  # shared on purpose: the task asked for it
+        else:
+            # A read-only file stays a bind of the host's inode (docs/sandbox.md); a directory
+            # gets this sandbox's own inodes.
+            args += ["--ro-bind", own.overlay(m.source) if os.path.isdir(m.source) else m.source, m.target]
     for dev in spec.devices:
         try:
             mode = os.stat(dev.path).st_mode
