@@ -40,6 +40,7 @@ from pydantic import Field
 
 from proctor import Judge, JudgeContext, Sandbox, SandboxLimits, SandboxSpec, Verdict
 from proctor.custody import CustodyLimits, MisbehaviourEvent, take_custody
+from proctor.judges import grading_watch
 from proctor.sandbox.models import MiB
 
 from . import problem, script
@@ -158,6 +159,7 @@ class RetrainJudge(Judge):
             wall_budget = max(1.0, min(self.run_wall_s, ctx.time_left() - 5.0))
             done = box.run(["/usr/bin/env", *env, python, "-I", "/workdir/train.py"], timeout=wall_budget, cwd="/workdir")
             wall = time.monotonic() - started
+            grading_watch.observe_run(box, "retraining sandbox", timed_out=done.timed_out)  # daemons, limits hit
             kill = box.kill_all()
             cpu = (box.usage().get("cpu_ns", 0) - cpu0) / 1e9
             facts |= {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
