@@ -155,3 +155,15 @@ def test_a_training_script_whose_children_finish_is_not_flagged(confinement):
         subprocess.run(["/bin/true"], check=True)
     """)
     assert events == []
+
+
+def test_a_zombie_leader_whose_threads_run_on_is_still_a_process_left_behind(confinement):
+    # The leader ends only its own thread (pthread_exit): it shows as a zombie while a thread works.
+    events = _one_shot("""
+        import ctypes, os, threading, time
+        if os.fork() == 0:
+            threading.Thread(target=time.sleep, args=(300,)).start()
+            ctypes.CDLL(None).pthread_exit(None)
+        time.sleep(0.2)
+    """)
+    assert [e.kind for e in events] == ["processes_left_in_grading"], events

@@ -8,8 +8,8 @@ them to the rollout's misbehaviour list with the step the judge grades:
 
 - `processes_left_in_grading`: when the student code's run is over (a training script exited; a
   call server sits idle between calls or at the end), a process of the run is still alive that no
-  longer descends from it: double-forked, `setsid` daemons, children of a thread-group leader that
-  exited. Live children of the idle server (a worker pool kept in module state) are not flagged.
+  longer descends from it: double-forked, `setsid` daemons, a zombie leader whose other threads run
+  on. Live children of the idle server (a worker pool kept in module state) are not flagged.
 - `unreapable_processes`: a process of the run survived the kill.
 - `resource_limit_hit` (the session's kind, and like it not counted by default): OOM kills, forks
   refused at the pids limit, full /workdir, /tmp or /dev/shm, from the cgroup's own counters.
@@ -25,6 +25,7 @@ the kernel refused: see docs/student_code.md), and a daemon that exits before th
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -76,10 +77,29 @@ def detached(box: Sandbox, group_pids: Iterable[int], root_pid: int | None) -> l
         if pid == root_pid or _descends(pid, root_pid, pids):
             continue
         ids = procfs.uids_of(pid)
-        if ids is None or box.uid not in ids or procfs.is_zombie(pid):
+        if ids is None or box.uid not in ids or not _alive(pid):
             continue
         left.append((pid, procfs.cmdline_of(pid)))
     return left
+
+
+def _alive(pid: int) -> bool:
+    """Any thread of `pid` still running. A leader that ended its own thread (pthread_exit) shows
+    as a zombie while its other threads work on: a zombie leader hides from a state check."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    return any(tid == str(pid) and not procfs.is_zombie(pid) or tid != str(pid) and not _thread_zombie(pid, tid) for tid in tasks)
+
+
+def _thread_zombie(pid: int, tid: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return True
+    return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] in (b"Z", b"X")
 
 
 def _descends(pid: int, root: int | None, within: set[int]) -> bool:
@@ -114,7 +134,7 @@ def observe_run(box: Sandbox, where: str, *, timed_out: bool) -> list[Misbehavio
     the sandbox is still alive was left behind (unless the command timed out, when the harness
     killed its tree and stragglers are the kill's business). Recorded into the current scope."""
     events = sandbox_events(box, where)
-    if not timed_out and (left := box.student_processes()):
+    if not timed_out and (left := detached(box, box._cg.pids(), None)):
         events.append(left_event(left, where))
     record(events)
     return events
