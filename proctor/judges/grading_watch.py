@@ -124,9 +124,11 @@ def left_event(left: list[tuple[int, str]], where: str) -> MisbehaviourEvent:
 
 
 def sandbox_events(box: Sandbox, where: str) -> list[MisbehaviourEvent]:
-    """What the kernel counted in a grading sandbox since the last look (limits hit). The keyring
-    branch's refused-syscall attempts belong here too, as one more line."""
-    return [MisbehaviourEvent(kind=e.kind, detail=f"{where}: {e.detail}") for e in resource_events(box)]
+    """What the kernel counted in a grading sandbox since the last look (limits hit). Every sandbox
+    a judge runs student code in passes through here (StudentRunner.close, observe_run), so a new
+    sandbox-level signal (the keyring branch's refused syscalls) is forwarded by one more line."""
+    events = list(resource_events(box))
+    return [MisbehaviourEvent(kind=e.kind, detail=f"{where}: {e.detail}") for e in events]
 
 
 def observe_run(box: Sandbox, where: str, *, timed_out: bool) -> list[MisbehaviourEvent]:

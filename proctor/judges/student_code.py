@@ -20,6 +20,11 @@ student's Python. Only bounded plain data comes back:
 - **Stale replies are skipped.** Every request carries a fresh nonce and only a reply with that
   nonce answers it, so a thread the student left running cannot answer a later call.
 
+- **Watched from outside.** After each call (once its timing is taken) and at close, a process
+  of the run that no longer descends from the idle server (a detached daemon), a process that
+  survives the kill, and limits the sandbox hit become misbehaviour (grading_watch.py), kept in
+  `misbehaviour` and carried to the verdict by `evaluate`.
+
 The server itself runs in the student's process and is therefore untrusted: the student can make
 it say anything. That is fine, because what it says is only ever treated as the student's answer.
 
