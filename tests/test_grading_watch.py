@@ -50,6 +50,11 @@ def fork_bomb():
         os.waitpid(pid, 0)
     return len(kids)
 
+def hog():
+    chunks = []
+    while True:
+        chunks.append(bytearray(32 * 1024 * 1024))
+
 _POOL = []
 
 def pooled(n):
@@ -102,6 +107,16 @@ def test_a_process_backgrounded_by_a_shell_is_flagged_as_left_behind(confinement
 def test_a_fork_bomb_in_grading_is_recorded_as_a_resource_limit_hit(confinement, submission):
     verdict = _grade(submission, ("fork_bomb", ()))
     assert [e for e in verdict.misbehaviour if e.kind == "resource_limit_hit" and "pids" in e.detail], verdict.misbehaviour
+
+
+def test_an_oom_kill_in_grading_is_recorded_as_a_resource_limit_hit(confinement, submission):
+    def grade(ctx: JudgeContext) -> Verdict:
+        with StudentRunner(ctx.submission, limits=SandboxLimits(memory_bytes=256 * 1024 * 1024), call_timeout_s=30) as student:
+            assert student.call("student:hog").crashed
+        return Verdict(score=0.0)
+
+    verdict = evaluate(FunctionJudge(fn=grade, timeout_s=90), JudgeContext(submission=submission))
+    assert [e for e in verdict.misbehaviour if e.kind == "resource_limit_hit" and "memory" in e.detail], verdict.misbehaviour
 
 
 def test_honest_code_with_subprocesses_threads_and_a_kept_pool_is_not_flagged(confinement, submission):
