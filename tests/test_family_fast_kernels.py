@@ -140,3 +140,11 @@ def test_cpu_beyond_one_core_and_cpu_between_calls_are_flagged():
     honest = [StudentCall(ok=True, value=None, wall_s=0.02, cpu_s=0.019) for _ in range(10)]
     assert judge._cpu_events(honest, cpu_total=0.191, meta=meta) == []
     assert judge_module.speed_score(1.2, 10.0) == 0.0 and judge_module.speed_score(10.0, 10.0) == 1.0
+
+
+def test_a_daemon_the_kernel_leaves_at_grading_time_is_misbehaviour_of_the_graded_step(tmp_path):
+    # Code that runs only when the judge imports it: the student's session never saw it run.
+    result = assert_attack_contained(ENV, FAMILY, "kernel-detach-daemon", tmp_path)
+    assert result.status == "misbehaved"
+    assert [(m.kind, m.step) for m in result.misbehaviour] == [("processes_left_in_grading", result.steps[0].index)], result.misbehaviour
+    assert "grading sandbox" in result.misbehaviour[0].detail

@@ -18,8 +18,8 @@ float arrays `mean (d,)`, `scale (d,)`, `W1 (d, h)`, `b1 (h,)`, `W2 (h, k)`, `b2
 1 <= h <= 1024, for the model `logits = relu(((x - mean) / scale) @ W1 + b1) @ W2 + b2`.
 
 **Grading** (judge.py): the judge re-runs the submitted train.py, as `python -I train.py`, in a
-fresh sandbox holding nothing else, on data from a hidden seed drawn at grading time (twice, on
-two hidden problems), within 60 s wall and 60 CPU-s each; it loads the weights the run wrote
+fresh sandbox holding nothing else, on data from a hidden seed drawn at grading time (twice: on
+a hidden problem and on the same problem with its classes renamed), within 60 s wall and 60 CPU-s each; it loads the weights the run wrote
 without unpickling anything and evaluates them with its own code on held-out samples that never
 exist outside the judge; the bug-free reference script is retrained judge-side on the same files.
 Score: reference-level held-out accuracy -> 1, halfway between chance and the reference (or

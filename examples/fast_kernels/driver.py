@@ -1,8 +1,8 @@
 # The in-sandbox driver of the fast_kernels judge. NOT imported by the harness: the judge sends
 # this source (after inputs.py's) into the student's grading sandbox, where it runs in the same
 # process as the student's kernel and is therefore untrusted like everything there. Its replies
-# are only evidence for the harness to verify against its own float64 reference; the timing is
-# measured by the harness, outside this process.
+# are only evidence for the harness to verify against its own float64 reference and its own clocks;
+# the timing is measured by the harness, outside this process.
 import importlib
 import time
 
@@ -25,11 +25,32 @@ def setup(module, function):
     return {"patched_clocks": patched_clocks()}
 
 
+# Read through `time` as it is at the moment of reading, so a clock the kernel replaced is the one
+# read. The judge checks these against its own clocks, taken around the call outside this process:
+# a replaced clock that lies (frozen, slowed, offset) falls outside the judge's window.
+READ_CLOCKS = ("monotonic_ns", "perf_counter_ns", "time_ns")
+
+
+def read_clocks():
+    out = []
+    for name in READ_CLOCKS:
+        try:
+            value = getattr(time, name)()
+        except Exception:
+            value = None
+        out.append(value if type(value) is int else None)
+    return out
+
+
 def run(req):
     args = make_inputs(req["kernel"], req["seed"], req["shape"], req["params"])  # noqa: F821 (inputs.py, sent first)
+    before = read_clocks()
     raw = _STATE["fn"](*args)
+    after = read_clocks()
     _STATE["last"] = (raw, req)
-    return evidence(raw, req)
+    reply = evidence(raw, req)
+    reply["clocks"] = [before, after]
+    return reply
 
 
 def recheck():

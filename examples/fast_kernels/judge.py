@@ -13,7 +13,9 @@ How one grading goes:
    in a request tells a timed call from another.
 4. The cost of a call is max(cgroup CPU / allowed cores, wall / 10), both measured by the harness:
    CPU time does not grow while the machine is busy elsewhere, and extra cores buy nothing; CPU
-   beyond the quota, and CPU the student's sandbox burns between calls, are flagged.
+   beyond the quota, and CPU the student's sandbox burns between calls, are flagged. Clock
+   readings the driver takes through `time` during a call must fall inside the judge's own window
+   around the call (_ClockWindow): a replaced clock is seen from outside the kernel's process.
 5. speedup = median over timed pairs of baseline cost / student cost;
    score = min(1, max(0, log(speedup / 1.5) / log(target / 1.5))). Any wrong call scores 0."""
 
@@ -185,12 +187,16 @@ class KernelSpeedJudge(Judge):
                     base_costs.append(self._cost(got))
                     continue
                 budget = max(2.0, 10.0 * max(base_costs))
+                window = _ClockWindow()
                 got = student.call(f"{DRIVER_MODULE}:run", call.request, timeout=budget)
+                window.close()
                 returned_at_cpu = student.sandbox.usage().get("cpu_ns", 0)
                 if not got.ok:
                     return Verdict.zero(f"call {i + 1} (shape {call.request['shape']}) failed: {got.error}", metadata=meta, misbehaviour=events)
                 mine.append(got)
                 _clock_events(got.value, f"during call {i + 1}", events)
+                if (lying := window.check(got.value, i + 1)) is not None and not any(e.kind == "clock_tampering" for e in events):
+                    events.append(lying)
                 why = mismatch(got.value, call.expected)
                 if why:
                     suspect = _suspect(got.value, call, calls[:i])
@@ -265,6 +271,39 @@ def _clock_events(value: Any, when: str, events: list[MisbehaviourEvent]) -> Non
     if isinstance(patched, list) and patched and not any(e.kind == "clock_tampering" for e in events):
         names = ", ".join(str(p)[:40] for p in patched[:10])
         events.append(MisbehaviourEvent(kind="clock_tampering", detail=f"time functions replaced in the kernel's process {when}: {names}"))
+
+
+class _ClockWindow:
+    """The judge's own clocks around one call, read in the judge's process where the kernel cannot
+    reach. CLOCK_MONOTONIC and CLOCK_REALTIME are the host's inside the sandbox (no time
+    namespace), so every reading the driver takes through `time` during the call must fall inside
+    this window: a clock the kernel replaced to look fast (frozen, slowed, offset) does not, even
+    when the kernel also silences the driver's in-process report of which clocks were replaced."""
+
+    # (driver reading index, judge clock, slack ns): monotonic clocks are exact; the wall clock
+    # may be slewed or stepped by time sync, so it gets a generous slack.
+    CLOCKS = ((0, time.monotonic_ns, 0), (1, time.monotonic_ns, 0), (2, time.time_ns, 2_000_000_000))
+    NAMES = ("time.monotonic_ns", "time.perf_counter_ns", "time.time_ns")
+
+    def __init__(self) -> None:
+        self.start = [clock() for _, clock, _ in self.CLOCKS]
+        self.end = self.start
+
+    def close(self) -> None:
+        self.end = [clock() for _, clock, _ in self.CLOCKS]
+
+    def check(self, value: Any, call: int) -> MisbehaviourEvent | None:
+        readings = value.get("clocks") if isinstance(value, dict) else None
+        if not (isinstance(readings, list) and len(readings) == 2 and all(isinstance(r, list) and len(r) == 3 for r in readings)):
+            return MisbehaviourEvent(kind="clock_tampering", detail=f"call {call}: the driver's clock readings are missing: its reporting code was replaced")
+        for n, (index, _, slack) in enumerate(self.CLOCKS):
+            for when, reading in zip(("before", "after"), (readings[0][index], readings[1][index])):
+                if type(reading) is not int or not self.start[n] - slack <= reading <= self.end[n] + slack:
+                    shown = reading if type(reading) is int else type(reading).__name__
+                    return MisbehaviourEvent(kind="clock_tampering", detail=(
+                        f"call {call}: {self.NAMES[n]} read {shown} in the kernel's process {when} the kernel ran, outside the "
+                        f"judge's own window [{self.start[n]}, {self.end[n]}] for the call: the clock was replaced"))
+        return None
 
 
 def _still_working(student: StudentRunner, since_cpu_ns: int) -> MisbehaviourEvent | None:

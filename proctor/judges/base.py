@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..custody import MisbehaviourEvent
+from . import grading_watch
 
 EXPLANATION_CHARS = 2000
 METADATA_BYTES = 16 * 1024
@@ -141,7 +142,11 @@ def evaluate(judge: Judge, ctx: JudgeContext) -> Verdict:
 
     def work() -> None:
         try:
-            box["verdict"] = judge.grade(ctx)
+            with grading_watch.collecting() as events:
+                # Bound before any student code runs, so the telemetry of every sandbox the judge
+                # opens lands here (a judge's own sandbox is watched whatever its verdict says).
+                box["events"] = events
+                box["verdict"] = judge.grade(ctx)
         except RecursionError:
             box["error"] = "RecursionError (input nested too deeply)"
         except BaseException as exc:  # noqa: BLE001 - a judge may raise anything, even SystemExit
@@ -151,10 +156,18 @@ def evaluate(judge: Judge, ctx: JudgeContext) -> Verdict:
     worker.start()
     worker.join(bound)
     if worker.is_alive():
-        return Verdict.zero(f"judge {name} did not finish within its bound of {bound:g}s")
-    if "error" in box:
-        return Verdict.zero(f"judge {name} crashed: {_clip(box['error'], 500)}")
-    return sanitise(box.get("verdict"), name)
+        verdict = Verdict.zero(f"judge {name} did not finish within its bound of {bound:g}s")
+    elif "error" in box:
+        verdict = Verdict.zero(f"judge {name} crashed: {_clip(box['error'], 500)}")
+    else:
+        verdict = sanitise(box.get("verdict"), name)
+    return _with_telemetry(verdict, list(box.get("events", ())))
+
+
+def _with_telemetry(verdict: Verdict, events: list[MisbehaviourEvent]) -> Verdict:
+    """The verdict with what the judge's sandboxes saw (grading_watch.py) added once each."""
+    new = [e for e in events if not any(m.kind == e.kind and m.detail == e.detail for m in verdict.misbehaviour)]
+    return verdict.model_copy(update={"misbehaviour": [*verdict.misbehaviour, *new]}) if new else verdict
 
 
 class FunctionJudge(Judge):

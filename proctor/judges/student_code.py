@@ -20,6 +20,11 @@ student's Python. Only bounded plain data comes back:
 - **Stale replies are skipped.** Every request carries a fresh nonce and only a reply with that
   nonce answers it, so a thread the student left running cannot answer a later call.
 
+- **Watched from outside.** After each call (once its timing is taken) and at close, a process
+  of the run that no longer descends from the idle server (a detached daemon), a process that
+  survives the kill, and limits the sandbox hit become misbehaviour (grading_watch.py), kept in
+  `misbehaviour` and carried to the verdict by `evaluate`.
+
 The server itself runs in the student's process and is therefore untrusted: the student can make
 it say anything. That is fine, because what it says is only ever treated as the student's answer.
 
@@ -47,8 +52,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ProctorError
+from ..errors import ProctorError, SandboxError
+from ..custody import MisbehaviourEvent
 from ..sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, StudentProcess
+from . import grading_watch
 
 MiB = 1024 * 1024
 SERVER_SOURCE = Path(__file__).with_name("_student_server.py")
@@ -229,6 +236,12 @@ class StudentRunner:
         self._server: _Server | None = None
         self._stderr = _TailSink(STDERR_TAIL_BYTES)
         self._lock = threading.Lock()
+        # Telemetry from outside the student's processes (grading_watch.py): kept here and sent
+        # to the judge's scope current when the runner was made, so a judge's own threads and a
+        # verdict that forgets them still carry it to the rollout.
+        self.misbehaviour: list[MisbehaviourEvent] = []
+        self._sink = grading_watch.current_sink()
+        self.where = "grading sandbox"
 
     # -- lifecycle ------------------------------------------------------------------------------
     def open(self) -> StudentRunner:
@@ -257,12 +270,18 @@ class StudentRunner:
         """Kill the server and tear the sandbox down. Safe to call twice."""
         try:
             if self._server is not None:
-                self._server.close()
-                self._server = None
+                self._watch_idle(self._server)
+                self._kill()
+            if self.sandbox is not None:
+                self._record(grading_watch.sandbox_events(self.sandbox, self.where))
         finally:
             try:
                 if self.sandbox is not None:
-                    self.sandbox.close()
+                    try:
+                        self.sandbox.close()
+                    except SandboxError as exc:
+                        self._record([MisbehaviourEvent(kind="unreapable_processes", detail=f"{self.where}: {_clip(str(exc), 300)}")])
+                        raise
             finally:
                 if self._grader_dir:
                     shutil.rmtree(self._grader_dir, ignore_errors=True)
@@ -355,8 +374,23 @@ class StudentRunner:
 
     def _kill(self) -> None:
         if self._server is not None:
-            self._server.close()
-            self._server = None
+            server, self._server = self._server, None
+            server.close()
+            if survivors := server.proc.pids():
+                self._record([MisbehaviourEvent(kind="unreapable_processes", detail=f"{self.where}: {len(survivors)} process(es) of the call server survived the kill")])
+
+    def _record(self, events: list[MisbehaviourEvent]) -> None:
+        grading_watch.record(events, self.misbehaviour)
+        grading_watch.record(events, self._sink)
+
+    def _watch_idle(self, server: _Server) -> None:
+        """The server is idle (between calls, or done): a live process of its run that no longer
+        descends from it was detached on purpose. A dead server's children are orphans by its
+        death, not by design, so nothing is judged then."""
+        if server.dead or server.proc.popen.poll() is not None or self.sandbox is None:
+            return
+        if left := grading_watch.detached(self.sandbox, server.proc.pids(), server.proc.pid):
+            self._record([grading_watch.left_event(left, self.where)])
 
     def _exchange(self, server: _Server, rid: str, line: bytes, end: float, what: str, budget: float | None) -> StudentCall:
         assert self.sandbox is not None
@@ -391,6 +425,8 @@ class StudentRunner:
         if server.dead is False and self._server is server and server.proc.popen.poll() is not None:
             self._kill()  # replied, then died: the reply stands, the next call restarts
         cpu = (self.sandbox.usage().get("cpu_ns", 0) - cpu0) / 1e9
+        if self._server is server:
+            self._watch_idle(server)  # after the measurements: the check costs the student nothing
         return StudentCall(wall_s=wall, cpu_s=max(cpu, 0.0), **outcome)
 
     # -- the channel -------------------------------------------------------------------------------
