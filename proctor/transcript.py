@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import threading
 import time
 from pathlib import Path
@@ -115,9 +114,12 @@ def _finite(value: Any) -> Any:
 
 
 def _too_long(value: int) -> bool:
-    limit = sys.get_int_max_str_digits()
-    # bit_length * log10(2) bounds the digit count without converting (which is what raises).
-    return limit > 0 and value.bit_length() * 0.30103 > limit - 2
+    try:
+        str(value)
+    except ValueError:  # more digits than sys.get_int_max_str_digits()
+        return True
+    return False
+
 
 
 def read_transcript(path: Path) -> list[dict[str, Any]]:
