@@ -28,6 +28,7 @@ from .errors import ConfigError, ProctorError
 from .judges.base import JudgeContext, Verdict, evaluate
 from .results import MisbehaviourRecord, RolloutResult, StepEnd, StepResult, Timings, Usage, write_result
 from .sandbox import Sandbox, SandboxSpec
+from .sandbox.network import blocked_packets
 from .tasks.models import Instance, StepHookContext, Task
 from .tasks.packages import missing_packages
 from .tools.base import ToolConfig, ToolContext, ToolResult
@@ -379,7 +380,7 @@ def _check_network(r: _Rollout, index: int) -> None:
     services, other hosts) are blocked by the kernel and counted; a new count is recorded."""
     assert r.box is not None
     counters = r.box.network_counters()
-    blocked = counters.get("Ip.OutNoRoutes", 0) + counters.get("Ip6.OutNoRoutes", 0)
+    blocked = blocked_packets(counters)
     if blocked > r.net_blocked_seen:
         r.flag("network_blocked", f"{blocked - r.net_blocked_seen} packet(s) to unreachable addresses were blocked", index)
         r.net_blocked_seen = blocked
