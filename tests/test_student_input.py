@@ -14,9 +14,12 @@ import pytest
 from fake_provider import FakeProvider, Raw, anthropic_reply, openai_reply
 from proctor import Script
 from proctor.agents import ModelAgent, ModelConfig
+from proctor.agents.scripted import ScriptedAgent
 from proctor.harness import run_rollout
 from proctor.tasks.loading import load_environment, resolved
 from proctor.testing import rollout
+from proctor.tools.base import Arguments, Tool, ToolResult
+from proctor.tools.registry import register_tool
 from proctor.transcript import read_transcript
 
 BASICS = Path(__file__).parent / "envs" / "basics"
@@ -171,6 +174,32 @@ def test_an_honest_student_writing_unicode_and_big_output_completes_unflagged_an
     calls = [c for e in events if e["type"] == "model_turn" for c in e["tool_calls"]]
     assert calls[0]["arguments"]["command"].startswith(f"echo '{text}'")
     assert "你好世界".encode() in (out / result.run_id / "transcript.jsonl").read_bytes()  # stored as UTF-8, not escaped
+
+
+class _Fragile(Tool):
+    """A tool with a bug the student's input can reach: it turns its text into an int."""
+
+    name = "fragile_count"
+    description = "Count to a number."
+
+    class Arguments(Arguments):
+        text: str
+
+    def execute(self, args, ctx):
+        return ToolResult(output=str(int(args.text) + 1))
+
+
+def test_a_tool_that_raises_on_student_input_leaves_the_rollout_the_students(out):
+    register_tool(_Fragile)
+    env = load_environment(str(BASICS))
+    with resolved(env, "write-42") as (task, instance):
+        task = task.model_copy(update={"tools": (*task.tools, "fragile_count")})
+        turns = [bash(PROBE), bash(REWRITER), {"tool": "fragile_count", "arguments": {"text": "9" * 5000}}, SUBMIT]
+        result = run_rollout(task, ScriptedAgent(Script(name="fragile", turns=turns)), out, instance=instance)
+    assert result.status == "misbehaved", result.errors
+    assert {"hidden_path_probe", "processes_left_at_custody"} <= kinds(result)
+    fragile = [e["result"] for e in events_of(out, result) if e["type"] == "tool_result"][2]
+    assert "ValueError" in fragile["error"] and "Traceback" in fragile["internal_error"]
 
 
 # -- a model over real HTTP ------------------------------------------------------------------------
