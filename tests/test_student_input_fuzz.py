@@ -164,3 +164,22 @@ def test_a_tool_given_hostile_arguments_answers_with_a_result(module_sandbox, na
         result = TOOLS[name]().run(arguments, ctx)
     assert isinstance(result, ToolResult)
     encode_event({"type": "tool_result", "result": result.model_dump(), "arguments": arguments}).decode("utf-8")
+
+
+def test_a_failure_in_proctors_own_reply_handling_does_not_blame_the_provider():
+    import random
+
+    from proctor.agents.base import AgentError, TurnUsage
+    from proctor.agents.provider import request_with_retries
+
+    class Breaks:
+        def request(self, *args, **kwargs):
+            raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+
+        def close(self):
+            pass
+
+    with pytest.raises(AgentError) as caught:
+        request_with_retries(Breaks(), CONFIG, "", [], [], deadline=__import__("time").monotonic() + 5, usage=TurnUsage(),
+                             retries=[], rng=random.Random(0))
+    assert "not the provider" in str(caught.value) and "refused" not in str(caught.value)
