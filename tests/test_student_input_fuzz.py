@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
+import random
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proctor.agents.anthropic_messages import AnthropicMessages
+from proctor.agents.base import AgentError, TurnUsage
 from proctor.agents.conversation import AssistantTurn, Call, ToolOutput, UserText, parse_arguments, sendable
 from proctor.agents.model_config import ModelConfig
 from proctor.agents.openai_chat import OpenAIChat
+from proctor.agents.provider import request_with_retries
 from proctor.agents.retry import BadReply
 from proctor.tools.base import ToolContext, ToolResult
 from proctor.tools.registry import TOOLS
@@ -167,11 +170,6 @@ def test_a_tool_given_hostile_arguments_answers_with_a_result(module_sandbox, na
 
 
 def test_a_failure_in_proctors_own_reply_handling_does_not_blame_the_provider():
-    import random
-
-    from proctor.agents.base import AgentError, TurnUsage
-    from proctor.agents.provider import request_with_retries
-
     class Breaks:
         def request(self, *args, **kwargs):
             raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
@@ -180,6 +178,6 @@ def test_a_failure_in_proctors_own_reply_handling_does_not_blame_the_provider():
             pass
 
     with pytest.raises(AgentError) as caught:
-        request_with_retries(Breaks(), CONFIG, "", [], [], deadline=__import__("time").monotonic() + 5, usage=TurnUsage(),
+        request_with_retries(Breaks(), CONFIG, "", [], [], deadline=time.monotonic() + 5, usage=TurnUsage(),
                              retries=[], rng=random.Random(0))
     assert "not the provider" in str(caught.value) and "refused" not in str(caught.value)

@@ -82,12 +82,25 @@ def ppid_of(pid: int) -> int | None:
     return None
 
 
+def _read_cmdline(path: str, limit: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit + 1)
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return b""
+
+
 def cmdline_of(pid: int, limit: int = 200) -> str:
     """A process's command line for people to read: NULs as spaces, clipped, never trusted."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read(limit + 1)
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return ""
+    raw = _read_cmdline(f"/proc/{pid}/cmdline", limit)
+    if not raw:  # a zombie leader has none; a thread still running has the group's
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            tids = []
+        for tid in tids[:64]:
+            raw = _read_cmdline(f"/proc/{pid}/task/{tid}/cmdline", limit)
+            if raw:
+                break
     text = raw[:limit].replace(b"\0", b" ").strip().decode("utf-8", errors="replace")
     return text + ("..." if len(raw) > limit else "")
