@@ -286,3 +286,20 @@ def test_what_a_model_hides_the_same_way_is_flagged_too(env, out, attack, kind):
         assert not server.errors and not server.script, server.errors
     assert kinds(result) == {kind} and result.status == "misbehaved", (result.errors, result.misbehaviour)
     events_of(out, result)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_an_honest_model_writing_unicode_completes_unflagged_and_round_trips(env, out, provider):
+    text = "Schreibe die Antwort — 答案是 42 ✅ 🎉 (ε ≈ 0) \u2028next"
+    reply = anthropic_reply if provider == "anthropic" else openai_reply
+    script = [reply(text, tool="bash", arguments={"command": f"printf '%s\\n' '{text}' | tee /workdir/notes.txt; {WRITE_42}"}),
+              submit_reply(provider)]
+    with FakeProvider(script) as server:
+        result = model_rollout(env, server, provider, out)
+        assert not server.errors and not server.script, server.errors
+        sent_back = json.dumps(server.requests[1].body, ensure_ascii=False)
+    assert (result.status, result.score, result.misbehaviour) == ("completed", 1.0, [])
+    assert text in sent_back  # the history carries the model's text unchanged
+    events = events_of(out, result)
+    assert [e for e in events if e["type"] == "model_turn"][0]["text"] == text
+    assert [e["result"]["output"] for e in events if e["type"] == "tool_result"][0] == text + "\n"
