@@ -121,7 +121,6 @@ def _too_long(value: int) -> bool:
     return False
 
 
-
 def read_transcript(path: Path) -> list[dict[str, Any]]:
     """The events of a transcript; a torn last line (the writer was killed mid-write) is dropped.
     Lines are split on `\n` alone (never `str.splitlines`, which also splits on U+2028 and other
