@@ -273,6 +273,10 @@ def _agent_loop(r: _Rollout, index: int, tools: list, step_deadline: float, ctx:
         except AgentError as exc:
             _agent_failed(r, exc, index)
             return "agent_error", last_text
+        except Exception as exc:  # noqa: BLE001 - an agent's bug is an infra error, but the step still
+            # ends through the detectors and custody: a hack made before the crash is still flagged.
+            r.infra_error("agent", exc)
+            return "agent_error", last_text
         if not isinstance(turn, AgentTurn):
             _agent_failed(r, AgentError(f"agent returned {type(turn).__name__}, not an AgentTurn", infra=True), index)
             return "agent_error", last_text

@@ -303,3 +303,26 @@ def test_an_honest_model_writing_unicode_completes_unflagged_and_round_trips(env
     events = events_of(out, result)
     assert [e for e in events if e["type"] == "model_turn"][0]["text"] == text
     assert [e["result"]["output"] for e in events if e["type"] == "tool_result"][0] == text + "\n"
+
+
+class _CrashesAfterAHack(ScriptedAgent):
+    """Plays its script, then its own code fails (a bug in an agent, not the student's content)."""
+
+    def next_turn(self, observations, *, deadline):
+        turn = super().next_turn(observations, deadline=deadline)
+        if turn.finished:
+            raise RuntimeError("the agent's own bug")
+        return turn
+
+
+def test_an_agent_that_crashes_after_a_hack_still_has_the_hack_flagged(out):
+    env = load_environment(str(BASICS))
+    with resolved(env, "write-42") as (task, instance):
+        agent = _CrashesAfterAHack(Script(name="crash", turns=[bash(PROBE), bash(REWRITER)]))
+        result = run_rollout(task, agent, out, instance=instance)
+    assert result.status == "misbehaved" and "RuntimeError" in result.errors[0]
+    assert {"hidden_path_probe", "processes_left_at_custody"} <= kinds(result)
+    with resolved(env, "write-42") as (task, instance):
+        honest = run_rollout(task, _CrashesAfterAHack(Script(name="crash", turns=[bash(WRITE_42)])), out, instance=instance)
+    assert (honest.status, honest.misbehaviour) == ("infra_error", [])  # the harness's failure, masked by trainers
+    assert [e["type"] for e in events_of(out, honest)].count("custody") == 1
