@@ -10,10 +10,11 @@ in it is already bounded by the tools' caps.
 
 What a reader can trust: the file is strictly valid UTF-8 and holds exactly one event per
 `\n`-terminated line, whatever the student sent. A student controls text (any code point, lone
-surrogates included: they are valid JSON escapes), numbers (of any size) and bytes, so every line
-is written with the characters that could break a reader escaped: lone surrogates (not encodable
-as UTF-8: the write would raise and end the rollout as an infra error) and the line separators
-json leaves raw (U+0085, U+2028, U+2029: `str.splitlines` splits on them). An integer too long
+surrogates included: they are valid JSON escapes), numbers (of any size) and bytes, so a line that
+holds a character that could break a reader is written all in ASCII escapes: lone surrogates (not
+encodable as UTF-8: the write would raise and end the rollout as an infra error) and the line
+separators json leaves raw (U+0085, U+2028, U+2029: `str.splitlines` splits on them). Other lines
+stay readable UTF-8. An integer too long
 for Python's decimal conversion is written as its exact hexadecimal text ("0x..."), a NaN or
 infinity as its name; nothing is dropped."""
 
@@ -75,16 +76,22 @@ _UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
-    """One event as one strictly valid UTF-8 JSON line ending in `\n` (the only `\n` in it)."""
+    """One event as one strictly valid UTF-8 JSON line ending in `\n` (the only `\n` in it):
+    readable UTF-8, or all-ASCII escapes when the event holds a character that must not be raw
+    (json's C encoder escapes them all at once; escaping them one by one let a student flooding
+    U+2028 slow the writer a hundredfold)."""
     try:
-        text = json.dumps(event, ensure_ascii=False, default=_plain, allow_nan=False)
+        text = _dumps(event, ascii=False)
     except ValueError:  # a NaN, an infinity or an integer too long for str() (a model may send them)
-        text = json.dumps(_finite(event), ensure_ascii=False, default=_plain, allow_nan=False)
-    return (_UNSAFE.sub(_escape, text) + "\n").encode("utf-8")
+        event = _finite(event)
+        text = _dumps(event, ascii=False)
+    if _UNSAFE.search(text):
+        text = _dumps(event, ascii=True)
+    return (text + "\n").encode("utf-8")
 
 
-def _escape(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group()):04x}"
+def _dumps(event: dict[str, Any], *, ascii: bool) -> str:
+    return json.dumps(event, ensure_ascii=ascii, default=_plain, allow_nan=False)
 
 
 def _plain(value: Any) -> Any:
