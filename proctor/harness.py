@@ -40,6 +40,10 @@ def run_rollout(
             except AgentError as exc:  # AgentTimeout too: the Episode ends the step by time
                 episode.agent_failed(exc)
                 continue
+            except Exception as exc:  # noqa: BLE001 - an agent's bug is an infra error, but the step still
+                # ends through the detectors and custody: a hack made before the crash is still flagged.
+                episode.agent_failed(AgentError(f"the agent crashed: {type(exc).__name__}: {exc}", infra=True))
+                continue
             if not isinstance(turn, AgentTurn):
                 episode.agent_failed(AgentError(f"agent returned {type(turn).__name__}, not an AgentTurn", infra=True))
                 continue

@@ -19,6 +19,7 @@ from .agents.base import TurnUsage
 from .detectors import step_events
 from .custody import MisbehaviourEvent
 from .results import StepEnd, Usage
+from .sandbox.network import blocked_packets
 from .sandbox import Sandbox
 from .tasks.models import Limits, Task
 from .tools.base import ToolConfig, ToolContext
@@ -98,7 +99,7 @@ def blocked_network(box: Sandbox, seen: int) -> tuple[list[MisbehaviourEvent], i
     services, other hosts) are blocked by the kernel and counted; a new count is recorded.
     Returns the events and the count seen so far."""
     counters = box.network_counters()
-    blocked = counters.get("Ip.OutNoRoutes", 0) + counters.get("Ip6.OutNoRoutes", 0)
+    blocked = blocked_packets(counters)
     if blocked > seen:
         return [MisbehaviourEvent(kind="network_blocked", detail=f"{blocked - seen} packet(s) to unreachable addresses were blocked")], blocked
     return [], seen

@@ -6,12 +6,23 @@ and the event's fields. Event types: rollout_start (instance, agent, confinement
 step_start, model_turn (text, tool calls, reasoning, usage), agent_failure (what a turn that
 failed cost and tried: usage, retries, empty replies), tool_result, notice, custody,
 misbehaviour, score, error, rollout_end (status, score, reward). Everything the student produced
-in it is already bounded by the tools' caps."""
+in it is already bounded by the tools' caps.
+
+What a reader can trust: the file is strictly valid UTF-8 and holds exactly one event per
+`\n`-terminated line, whatever the student sent. A student controls text (any code point, lone
+surrogates included: they are valid JSON escapes), numbers (of any size) and bytes, so a line that
+holds a character that could break a reader is written all in ASCII escapes: lone surrogates (not
+encodable as UTF-8: the write would raise and end the rollout as an infra error) and the line
+separators json leaves raw (U+0085, U+2028, U+2029: `str.splitlines` splits on them). Other lines
+stay readable UTF-8. An integer too long
+for Python's decimal conversion is written as its exact hexadecimal text ("0x..."), a NaN or
+infinity as its name; nothing is dropped."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -40,11 +51,7 @@ class Transcript:
             raise ValueError(f"unknown transcript event type {type!r}")
         with self._lock:
             event = {"type": type, "seq": self._seq, "t": round(time.monotonic() - self._start, 6), **fields}
-            try:
-                line = json.dumps(event, ensure_ascii=False, default=_plain, allow_nan=False) + "\n"
-            except ValueError:  # a NaN or infinity somewhere (a model may send them): keep it as text
-                line = json.dumps(_finite(json.loads(json.dumps(event, default=_plain))), ensure_ascii=False) + "\n"
-            data = line.encode("utf-8", errors="surrogateescape")
+            data = encode_event(event)
             while data:
                 data = data[os.write(self._fd, data):]
             self._seq += 1
@@ -63,33 +70,74 @@ class Transcript:
         self.close()
 
 
+# Characters json.dumps(ensure_ascii=False) leaves raw that a reader must not see raw: lone
+# surrogates (no UTF-8 form) and the line separators beyond the ASCII controls json escapes.
+_UNSAFE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    """One event as one strictly valid UTF-8 JSON line ending in `\n` (the only `\n` in it):
+    readable UTF-8, or all-ASCII escapes when the event holds a character that must not be raw
+    (json's C encoder escapes them all at once; escaping them one by one let a student flooding
+    U+2028 slow the writer a hundredfold)."""
+    try:
+        text = _dumps(event, ascii=False)
+    except ValueError:  # a NaN, an infinity or an integer too long for str() (a model may send them)
+        event = _finite(event)
+        text = _dumps(event, ascii=False)
+    if _UNSAFE.search(text):
+        text = _dumps(event, ascii=True)
+    return (text + "\n").encode("utf-8")
+
+
+def _dumps(event: dict[str, Any], *, ascii: bool) -> str:
+    return json.dumps(event, ensure_ascii=ascii, default=_plain, allow_nan=False)
+
+
 def _plain(value: Any) -> Any:
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         return dump(mode="json")
     if isinstance(value, (bytes, bytearray)):
-        return value.decode("utf-8", errors="replace")
+        return value.decode("utf-8", errors="surrogateescape")  # invalid bytes kept, escaped as \udcXX
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     return str(value)
 
 
 def _finite(value: Any) -> Any:
-    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+    """`value` with what JSON (or Python's str()) cannot write as a number turned into exact text."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return repr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and _too_long(value):
+        return hex(value)
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(mode="python")
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple, set, frozenset)):
         return [_finite(v) for v in value]
     return value
 
 
+def _too_long(value: int) -> bool:
+    try:
+        str(value)
+    except ValueError:  # more digits than sys.get_int_max_str_digits()
+        return True
+    return False
+
+
 def read_transcript(path: Path) -> list[dict[str, Any]]:
-    """The events of a transcript; a torn last line (the writer was killed mid-write) is dropped."""
+    """The events of a transcript; a torn last line (the writer was killed mid-write) is dropped.
+    Lines are split on `\n` alone (never `str.splitlines`, which also splits on U+2028 and other
+    separators an older writer may have left raw inside a string)."""
     events = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in path.read_bytes().split(b"\n"):
+        if not line:
+            continue
         try:
-            events.append(json.loads(line))
+            events.append(json.loads(line.decode("utf-8", errors="surrogateescape")))
         except ValueError:
             break
     return events

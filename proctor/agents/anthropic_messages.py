@@ -12,7 +12,8 @@ from typing import Any
 
 import anthropic
 
-from .conversation import AssistantTurn, Call, Entry, Reply, ToolOutput, UserText, parse_arguments
+from .. import untrusted
+from .conversation import AssistantTurn, Call, Entry, Reply, ToolOutput, UserText, parse_arguments, sendable
 from .model_config import ModelConfig
 from .retry import BadReply
 
@@ -32,7 +33,7 @@ class AnthropicMessages:
 
     def request(self, system: str, tools: list[dict[str, Any]], entries: list[Entry], *, timeout: float) -> Reply:
         c = self.config
-        kwargs: dict[str, Any] = {"model": c.model, "max_tokens": c.max_output_tokens, "messages": self.messages(entries)}
+        kwargs: dict[str, Any] = {"model": c.model, "max_tokens": c.max_output_tokens, "messages": sendable(self.messages(entries))}
         if system:
             kwargs["system"] = system
         if tools:
@@ -46,8 +47,10 @@ class AnthropicMessages:
         extra.update(c.extra_body)
         if extra:
             kwargs["extra_body"] = extra
-        response = self.client.messages.create(**kwargs, timeout=timeout)
-        return self.parse(response.model_dump(warnings=False) if hasattr(response, "model_dump") else response)
+        # The body is read here, not by the SDK: a tool_use input is the model's own JSON, and a
+        # number in it too long for Python's int() must be the student's data, not a provider error.
+        raw = self.client.messages.with_raw_response.create(**kwargs, timeout=timeout)
+        return self.parse(untrusted.loads(raw.http_response.text))
 
     def messages(self, entries: list[Entry]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []

@@ -8,9 +8,11 @@ replaces it with a smaller one, and the transcript (written by the harness) keep
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from .. import untrusted
 
 from .model_config import ContextPolicy
 
@@ -194,12 +196,29 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     if not isinstance(raw, str):
         return {}, f"arguments must be a JSON object, got {type(raw).__name__}"
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError) as exc:
+        value = untrusted.loads(raw)
+    except (ValueError, RecursionError) as exc:
         return {}, f"arguments are not valid JSON ({exc})"
     if not isinstance(value, dict):
         return {}, f"arguments must be a JSON object, got {type(value).__name__}"
     return value, None
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def sendable(value: Any) -> Any:
+    """`value` (messages for a provider) with every lone surrogate replaced by U+FFFD. A model may
+    send one (a valid JSON escape); echoing it back in the history would make the SDK's UTF-8
+    encoding of the request raise, ending the rollout as if the provider had refused. The
+    transcript keeps the original; only the copy sent back is mended."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [sendable(v) for v in value]
+    if isinstance(value, dict):
+        return {sendable(k): sendable(v) for k, v in value.items()}
+    return value
 
 
 def pending_calls(entries: list[Entry]) -> list[Call]:

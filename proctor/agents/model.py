@@ -27,6 +27,7 @@ agent is scrubbed of it)."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from typing import Any
@@ -128,7 +129,9 @@ class ModelAgent(Agent):
 
     # -- the key never leaves ------------------------------------------------------------------
     def _scrub(self, turn: AgentTurn) -> AgentTurn:
-        dumped = turn.model_dump_json()
+        # json.dumps, not model_dump_json: a lone surrogate the model sent is data to keep, and
+        # pydantic's encoder refuses it (ensure_ascii writes it as an escape the key never matches).
+        dumped = json.dumps(turn.model_dump(), default=str)
         if self._redact(dumped) == dumped:
             return turn
         return AgentTurn.model_validate(_replace_deep(turn.model_dump(), self._redact))

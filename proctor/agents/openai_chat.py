@@ -15,7 +15,8 @@ from typing import Any
 
 import openai
 
-from .conversation import AssistantTurn, Call, Entry, Reply, ToolOutput, UserText, parse_arguments
+from .. import untrusted
+from .conversation import AssistantTurn, Call, Entry, Reply, ToolOutput, UserText, parse_arguments, sendable
 from .model_config import ModelConfig
 from .retry import BadReply
 
@@ -33,7 +34,7 @@ class OpenAIChat:
 
     def request(self, system: str, tools: list[dict[str, Any]], entries: list[Entry], *, timeout: float) -> Reply:
         c = self.config
-        kwargs: dict[str, Any] = {"model": c.model, "messages": self.messages(system, entries),
+        kwargs: dict[str, Any] = {"model": c.model, "messages": sendable(self.messages(system, entries)),
                                   "max_completion_tokens": c.max_output_tokens}
         if tools:
             kwargs["tools"] = [{"type": "function", "function": spec} for spec in tools]
@@ -50,8 +51,11 @@ class OpenAIChat:
             extra.setdefault("return_token_ids", True)
         if extra:
             kwargs["extra_body"] = extra
-        response = self.client.chat.completions.create(**kwargs, timeout=timeout)
-        return self.parse(response.model_dump(warnings=False) if hasattr(response, "model_dump") else response)
+        # The body is read here, not by the SDK: it is the model's text, and what the model wrote
+        # (a 5000-digit number, say) must come back as data, never as an exception blamed on the
+        # provider (see proctor.untrusted).
+        raw = self.client.chat.completions.with_raw_response.create(**kwargs, timeout=timeout)
+        return self.parse(untrusted.loads(raw.http_response.text))
 
     def messages(self, system: str, entries: list[Entry]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []

@@ -81,6 +81,10 @@ def request_with_retries(
             message = redact(failure.message)
             if failure.kind == "retry" and timeout < policy.request_timeout_s and time.monotonic() >= deadline - 0.05:
                 raise AgentTimeout(f"the step's time ran out while waiting for the model ({message})") from None
+            if failure.kind == "fatal" and failure.status is None and not _from_client_library(exc):
+                # Raised by Proctor's own handling of the request or the reply, not by the
+                # provider: say so, rather than blame the provider for what was sent or read.
+                raise AgentError(f"the harness failed while sending the request or reading the reply (not the provider): {message}") from None
             if failure.kind == "fatal":
                 raise AgentError(f"the provider refused the request, not retried: {message}") from None
             if failure.kind == "context":
@@ -107,3 +111,9 @@ def request_with_retries(
             usage.cost_usd += config.pricing.cost(reply.input_tokens, reply.output_tokens, reply.cached_tokens)
         return reply
 
+
+
+def _from_client_library(exc: BaseException) -> bool:
+    """Whether an exception comes from the provider SDK or its HTTP stack (a refusal or a
+    transport failure), as opposed to Proctor's own code."""
+    return type(exc).__module__.split(".")[0] in ("openai", "anthropic", "httpx", "httpcore", "h11", "ssl", "socket")

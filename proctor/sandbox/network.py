@@ -5,15 +5,23 @@ A task may allow specific TCP endpoints. The bridge creates a listening socket *
 sandbox's namespace (a harness thread enters it with setns, binds, and returns), and for each
 connection the harness itself dials the allowed endpoint from the host. The student never gets a
 route out; it only reaches the few ports the harness forwards, and it has no forwarder process of
-its own to subvert."""
+its own to subvert.
+
+One way out of the routing table remains: a socket bound to `lo` (SO_BINDTODEVICE) sends to any
+address, the kernel assuming it is on-link, so a packet to cloud metadata leaves through loopback
+without moving a no-route counter. Each namespace gets a small nftables table that drops and
+counts packets leaving `lo` for an address that is not loopback (`loopback_escapes`); where nft
+is missing the guard is absent and `net_counters` says so (`Guard.Absent`)."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import os
 import selectors
 import socket
+import subprocess
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,10 +75,90 @@ def listen_in_netns(netns_path: str, port: int) -> socket.socket:
     return result["sock"]  # type: ignore[return-value]
 
 
+NFT_CANDIDATES = ("/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft")
+GUARD_TABLE = "proctor_loopback_guard"
+# Honest loopback traffic goes to 127.0.0.0/8 or ::1 (multicast on lo reaches nothing and is left
+# alone); anything else leaving lo was sent there on purpose by a socket bound to it.
+_GUARD_RULES = f"""
+table inet {GUARD_TABLE} {{
+    chain output {{
+        type filter hook output priority 0; policy accept;
+        oifname "lo" ip daddr != {{ 127.0.0.0/8, 224.0.0.0/4, 255.255.255.255 }} counter drop
+        oifname "lo" ip6 daddr != {{ ::1, ff00::/8 }} counter drop
+    }}
+}}
+"""
+
+
+def _nft() -> str | None:
+    for candidate in NFT_CANDIDATES:
+        try:
+            st = os.stat(candidate)
+        except FileNotFoundError:
+            continue
+        # Run as root: it must not be replaceable by anyone else.
+        return candidate if st.st_uid == 0 and not st.st_mode & 0o022 else None
+    return None
+
+
+def _nft_in(netns_pid: int, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str] | None:
+    nft = _nft()
+    if nft is None:
+        return None
+    from .host import binaries
+
+    try:
+        return subprocess.run([binaries()["nsenter"], f"--net=/proc/{netns_pid}/ns/net", "--", nft, *args],
+                              input=stdin, capture_output=True, text=True, timeout=10, close_fds=True, cwd="/")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def guard_loopback(netns_pid: int) -> None:
+    """Install the loopback guard in the namespace of `netns_pid`; a SandboxError if nft is there
+    but refuses (a guard that silently failed would be a blind spot)."""
+    res = _nft_in(netns_pid, ["-f", "-"], _GUARD_RULES)
+    if res is not None and res.returncode != 0:
+        raise SandboxError(f"nft could not install the loopback guard: {res.stderr.strip()[:300]}")
+
+
+def loopback_escapes(netns_pid: int) -> int | None:
+    """Packets the loopback guard dropped (sent out of `lo` to a non-loopback address); None when
+    the guard is not there to count."""
+    res = _nft_in(netns_pid, ["-j", "list", "table", "inet", GUARD_TABLE])
+    if res is None or res.returncode != 0:
+        return None
+    try:
+        items = json.loads(res.stdout).get("nftables", [])
+    except ValueError:
+        return None
+    total = 0
+    for item in items:
+        for expr in (item.get("rule") or {}).get("expr", []):
+            if isinstance(expr, dict) and isinstance(expr.get("counter"), dict):
+                total += int(expr["counter"].get("packets", 0))
+    return total
+
+
+BLOCKED_COUNTERS = ("Ip.OutNoRoutes", "Ip6.OutNoRoutes", "Guard.LoopbackEscapes")
+
+
+def blocked_packets(counters: dict[str, int]) -> int:
+    """Packets the namespace kept from leaving: no route, or sent out of lo to a non-loopback address."""
+    return sum(counters.get(name, 0) for name in BLOCKED_COUNTERS)
+
+
 def net_counters(netns_pid: int) -> dict[str, int]:
     """SNMP counters of the sandbox's namespace; `Ip.OutNoRoutes` and `Ip6.OutNoRoutes` count
-    connection attempts to addresses the namespace has no route to (the internet, metadata, other hosts)."""
+    connection attempts to addresses the namespace has no route to (the internet, metadata, other
+    hosts), `Guard.LoopbackEscapes` packets sent out of lo to anything but loopback (or
+    `Guard.Absent`: 1 when that guard is not installed)."""
     counters: dict[str, int] = {}
+    escapes = loopback_escapes(netns_pid)
+    if escapes is None:
+        counters["Guard.Absent"] = 1
+    else:
+        counters["Guard.LoopbackEscapes"] = escapes
     try:
         lines = Path(f"/proc/{netns_pid}/net/snmp").read_text().splitlines()
     except OSError:

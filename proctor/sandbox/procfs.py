@@ -43,14 +43,32 @@ def pids_in_pidns(ns_inode: int) -> list[int]:
     return [pid for pid in pids() if pidns_of(pid) == ns_inode]
 
 
-def is_zombie(pid: int) -> bool:
+def _state(stat_path: str) -> bytes | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(stat_path, "rb") as f:
             data = f.read()
     except (FileNotFoundError, ProcessLookupError):
-        return True
+        return None
     # The command name may hold spaces and parentheses: the state follows the last ')'.
-    return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] in (b"Z", b"X")
+    end = data.rfind(b")")
+    return data[end + 2 : end + 3]
+
+
+def is_zombie(pid: int) -> bool:
+    """True when the whole thread group is dead (or gone). A leader thread that called the raw
+    `exit` syscall shows state Z while its other threads run on: judging by the leader alone
+    would call such a process dead and let it rewrite the submission unseen, so every thread in
+    /proc/PID/task counts."""
+    state = _state(f"/proc/{pid}/stat")
+    if state is None:
+        return True
+    if state not in (b"Z", b"X"):
+        return False
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return True
+    return not any(_state(f"/proc/{pid}/task/{tid}/stat") not in (None, b"Z", b"X") for tid in tids if tid.isdigit())
 
 
 def ppid_of(pid: int) -> int | None:
@@ -64,12 +82,25 @@ def ppid_of(pid: int) -> int | None:
     return None
 
 
+def _read_cmdline(path: str, limit: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit + 1)
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return b""
+
+
 def cmdline_of(pid: int, limit: int = 200) -> str:
     """A process's command line for people to read: NULs as spaces, clipped, never trusted."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read(limit + 1)
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return ""
+    raw = _read_cmdline(f"/proc/{pid}/cmdline", limit)
+    if not raw:  # a zombie leader has none; a thread still running has the group's
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            tids = []
+        for tid in tids[:64]:
+            raw = _read_cmdline(f"/proc/{pid}/task/{tid}/cmdline", limit)
+            if raw:
+                break
     text = raw[:limit].replace(b"\0", b" ").strip().decode("utf-8", errors="replace")
     return text + ("..." if len(raw) > limit else "")

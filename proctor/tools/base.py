@@ -46,6 +46,7 @@ class ToolResult(BaseModel):
     session_restarted: bool = Field(False, description="The bash session ended during or before this call and a fresh one was started: variables, functions, cwd and background jobs are reset.")
     ends_step: bool = Field(False, description="This call ends the current step (submit).")
     answer: str | None = Field(None, description="The short answer given with submit, if any.")
+    internal_error: str | None = Field(None, description="The traceback of a tool that raised on the student's arguments (a bug in the tool, answered as an error result; see tools.registry.call_tool).")
 
     @classmethod
     def failure(cls, error: str, *, started: float | None = None, **fields: Any) -> ToolResult:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Iterable, Mapping
 
+from ..errors import ProctorError
 from .base import Tool, ToolCall, ToolContext, ToolResult
 from .bash import BashTool
 from .files import ListDirTool, ReadFileTool, StrReplaceTool, WriteFileTool
@@ -45,10 +47,24 @@ def default_tools() -> list[Tool]:
 
 def call_tool(tools: Iterable[Tool] | Mapping[str, Tool], call: ToolCall, ctx: ToolContext) -> ToolResult:
     """Run one call against the offered tools. A name not offered is an error result, not an
-    exception: the student asked for it, so the transcript should show it."""
+    exception: the student asked for it, so the transcript should show it.
+
+    Arguments are the student's content: a tool that raises on them (a bug the student's input
+    found) answers with an error result that names the exception, so the rollout stays the
+    student's, with custody, detectors and the judge still run, rather than ending as an infra
+    error (which trainers mask, hiding any hack earlier in the rollout). The traceback goes into
+    the result's `internal_error` for maintainers. The harness's own failures (ProctorError, e.g.
+    a SandboxError) still propagate."""
     by_name = dict(tools) if isinstance(tools, Mapping) else {t.name: t for t in tools}
     tool = by_name.get(call.name)
     if tool is None:
         return ToolResult.failure(f"no tool named {call.name!r}; available: {', '.join(sorted(by_name)) or 'none'}",
                                   started=time.monotonic())
-    return tool.run(call.arguments, ctx)
+    started = time.monotonic()
+    try:
+        return tool.run(call.arguments, ctx)
+    except ProctorError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - see above: the student's input, the student's result
+        return ToolResult.failure(f"{call.name}: the tool failed on these arguments ({type(exc).__name__}: {str(exc)[:300]})",
+                                  started=started, internal_error="".join(traceback.format_exception(exc))[-4000:])
