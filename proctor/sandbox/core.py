@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..errors import ConfinementError, SandboxError
-from . import procfs, reclaim, tmpfs
+from . import keyrings, procfs, reclaim, syscall_filter, tmpfs
 from .capture import HeadTail
 from .cgroups import SandboxCgroup
 from .environment import student_env, student_path
@@ -30,7 +30,9 @@ from .host import binaries, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
 from .network import NetworkBridge, net_counters
 from .reaper import become_subreaper, kill_pids, reap_orphans, reap_until_empty
+from .native import helper
 from .runtime import default_runtime
+from .syscall_attempts import SyscallAttempt, SyscallRecorder
 from .uids import UidLease, lease_uid
 from .view import Places, bwrap_args, check_trusted_dirs, write_etc
 
@@ -95,6 +97,7 @@ class Sandbox:
         self._pidns: int | None = None
         self._children: list[subprocess.Popen] = []
         self._bridge: NetworkBridge | None = None
+        self._syscalls: SyscallRecorder | None = None
         self._closed = False
         root = state_dir("sandboxes") / self.id
         self.places = Places(root, root / "etc", root / "workdir", root / "tmp", root / "shm")
@@ -158,6 +161,9 @@ class Sandbox:
         self._bwrap_args = bwrap_args(self.spec, self.places, self.runtime)
         if self.spec.network.allow:
             self._bridge = NetworkBridge(self.spec.network.allow)
+        if syscall_filter.supported():
+            self._loader = helper("seccomp-exec")
+            self._syscalls = SyscallRecorder()
 
     @property
     def uid(self) -> int:
@@ -220,10 +226,23 @@ class Sandbox:
 
     def _student_argv(self, argv: Sequence[str], cwd: str) -> list[str]:
         assert self._anchor_pid is not None
+        # Last in the chain, after setpriv has set no_new_privs: the syscall filter
+        # (syscall_filter.py), inherited by everything the command starts.
+        loader = [self._loader, *map(str, self._loader_fds()), "--"] if self._syscalls else []
         return [
             binaries()["nsenter"], "-t", str(self._anchor_pid), "-m", "-u", "-i", "-n", "-p", "-C",
-            "-r", f"--wdns={cwd}", "--", *_setpriv(self.uid, self.uid), *argv,
+            "-r", f"--wdns={cwd}", "--", *_setpriv(self.uid, self.uid), *loader, *argv,
         ]
+
+    def _loader_fds(self) -> tuple[int, ...]:
+        return (syscall_filter.filter_fd(), self._syscalls.loader_fd) if self._syscalls else ()
+
+    def syscall_attempts(self) -> list[SyscallAttempt]:
+        """Syscalls the filter refused and recorded (keyrings, fanotify, AF_VSOCK) since the last
+        call, in this sandbox's student and judge processes alike. Each call returns only new
+        attempts; drain after each tool call or command and at custody, and record them as
+        misbehaviour (kind `forbidden_syscall`)."""
+        return self._syscalls.drain() if self._syscalls else []
 
     # -- running commands ------------------------------------------------------------------------
     def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> StudentProcess:
@@ -231,7 +250,8 @@ class Sandbox:
         self._ensure_session()
         group = self._cg.new_child()
         proc = self._enter_popen(
-            self._student_argv(argv, cwd), group, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            self._student_argv(argv, cwd), group, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            pass_fds=self._loader_fds(),
         )
         self._check_entered(proc)
         return StudentProcess(proc, group, self)
@@ -256,7 +276,7 @@ class Sandbox:
         proc = self._enter_popen(
             self._student_argv(argv, cwd), group,
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=self._loader_fds(),
         )
         self._check_entered(proc)
         out, err = HeadTail(output_cap // 2, output_cap - output_cap // 2), HeadTail(output_cap // 2, output_cap - output_cap // 2)
@@ -392,6 +412,13 @@ class Sandbox:
                 errors.append(report.detail)
         if self._bridge:
             self._bridge.stop()
+        if self._lease is not None:
+            # Keys are host state that outlives every process of the uid (keyrings.py).
+            left = keyrings.clear_keys(self.uid)
+            if left:
+                errors.append(left)
+        if self._syscalls:
+            self._syscalls.close()
         for step in (self._unmount_all, self._cg.remove, self._remove_files):
             try:
                 step()
