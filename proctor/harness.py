@@ -211,6 +211,7 @@ def _run_step(r: _Rollout, index: int, tools: list) -> tuple[StepEnd, Verdict]:
     point = custody_point(box, step.submit, custody_dir, limits=r.config.custody, kill_deadline_s=r.config.kill_deadline_s)
     for event in point.misbehaviour:
         r.flag(event.kind, event.detail, index)
+    _forbidden_syscalls(r, index)
     r.transcript.emit("custody", step=index, kill=point.kill.model_dump(),
                       items=[item.model_dump() for item in point.report.items] if point.report else None)
     r.timings["custody_s"] += time.monotonic() - t
@@ -383,6 +384,14 @@ def _check_network(r: _Rollout, index: int) -> None:
     if blocked > r.net_blocked_seen:
         r.flag("network_blocked", f"{blocked - r.net_blocked_seen} packet(s) to unreachable addresses were blocked", index)
         r.net_blocked_seen = blocked
+
+
+def _forbidden_syscalls(r: _Rollout, index: int) -> None:
+    """Syscalls the sandbox's filter refused and recorded (keyrings, fanotify, AF_VSOCK: shared
+    kernel state). Read after custody has killed every student process, so none is missed."""
+    assert r.box is not None
+    for attempt in r.box.syscall_attempts():
+        r.flag("forbidden_syscall", attempt.describe(), index)
 
 
 def _detect(r: _Rollout, index: int) -> None:

@@ -3,11 +3,14 @@ inside it reports what it sees; the harness compares that with what it asked for
 
 from __future__ import annotations
 
+import errno
 import os
+import platform
 import threading
 from pathlib import Path
 
 from ..errors import ProctorError, SandboxUnavailable
+from . import syscall_filter
 from .cgroups import layout
 from .environment import student_env
 from .host import binaries, require_host
@@ -16,12 +19,12 @@ from .models import MiB, ConfinementReport, Protection, SandboxLimits, SandboxSp
 DEFAULT_REQUIRED = (
     "uid_isolation", "no_new_privs", "mount_namespace", "pid_namespace", "network_namespace",
     "ipc_namespace", "memory_limit", "no_swap", "pids_limit", "cpu_quota", "freezer", "disk_quota",
-    "oom_priority", "clean_environment",
+    "oom_priority", "clean_environment", "syscall_filter",
 )
 PROBE_LIMITS = SandboxLimits(memory_bytes=96 * MiB, pids=32, cpus=0.5, workdir_bytes=3 * MiB, workdir_inodes=333)
 _PROBE = r"""
 echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
-grep -E '^(NoNewPrivs|CapEff|CapBnd|CapPrm|CapAmb):' /proc/self/status | tr -d '\t' | sed 's/:/=/'
+grep -E '^(NoNewPrivs|CapEff|CapBnd|CapPrm|CapAmb|Seccomp):' /proc/self/status | tr -d '\t' | sed 's/:/=/'
 echo "nprocs=$(ls -d /proc/[0-9]* | wc -l)"
 echo "netifs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)"
 for ns in ipc mnt pid net uts; do echo "ns_$ns=$(readlink /proc/self/ns/$ns)"; done
@@ -30,7 +33,15 @@ echo "marker_visible=$(test -e "$1" && echo yes || echo no)"
 echo "oom=$(cat /proc/self/oom_score_adj)"
 echo "workdir=$(stat -f -c '%b %S %c' /workdir)"
 echo "envnames=$(env | cut -d= -f1 | sort | tr '\n' ,)"
+echo "add_key=$(python3 -c "$2" 2>&1 | tr -d '\n' | head -c 80)"
 """
+# The keyring attack itself (add_key into the user keyring): the filter must refuse it (EPERM)
+# and the harness must have recorded it.
+_ADD_KEY = (
+    "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+    "r = libc.syscall(248, b'user', b'proctor-probe', b'x', 1, -4); "
+    "print(f'key-{r}' if r >= 0 else f'refused-{ctypes.get_errno()}')"
+)
 
 _cached: ConfinementReport | None = None
 _lock = threading.Lock()
@@ -66,7 +77,8 @@ def probe() -> ConfinementReport:
     box = Sandbox(SandboxSpec(limits=PROBE_LIMITS), ConfinementReport(protections=()), degraded_ok=True)
     try:
         box._build()
-        res = box.run(["/bin/sh", "-c", _PROBE, "probe", str(marker)], timeout=20)
+        res = box.run(["/bin/sh", "-c", _PROBE, "probe", str(marker), _ADD_KEY], timeout=20)
+        recorded = [a.syscall for a in box.syscall_attempts()]
         seen = dict(
             part.split("=", 1) for line in res.text.splitlines() for part in (line.split(" ") if line.startswith("uid=") else [line]) if "=" in part
         )
@@ -109,6 +121,7 @@ def probe() -> ConfinementReport:
                "tmpfs with size= and nr_inodes= for /workdir, /tmp, /dev/shm", f"/workdir: {blocks * bsize} bytes, {inodes} inodes"),
             _p("oom_priority", seen.get("oom") == "1000", "oom_score_adj 1000 for student processes"),
             _p("clean_environment", env_names == expected_env, "fixed minimal environment", f"variables: {', '.join(sorted(env_names))}"),
+            _syscall_filter(seen, recorded),
             _p("device_passthrough", True, "bubblewrap --dev-bind of task-declared device nodes", "only nodes a task names are present"),
         )
         return ConfinementReport(protections=protections, cgroup_version=v)
@@ -117,6 +130,15 @@ def probe() -> ConfinementReport:
     finally:
         marker.unlink(missing_ok=True)
         box.close()
+
+
+def _syscall_filter(seen: dict[str, str], recorded: list[str]) -> Protection:
+    mechanism = "seccomp filter on every student process: keyrings, fanotify, AF_VSOCK refused and recorded; page-cache eviction and probes neutralised"
+    if not syscall_filter.supported():
+        return _p("syscall_filter", False, mechanism, f"no filter for this architecture ({platform.machine()})")
+    ok = seen.get("Seccomp") == "2" and seen.get("add_key") == f"refused-{errno.EPERM}" and "add_key" in recorded
+    return _p("syscall_filter", ok, mechanism,
+              f"Seccomp={seen.get('Seccomp')}, add_key as the student: {seen.get('add_key')}, recorded: {', '.join(recorded) or 'nothing'}")
 
 
 def machine_confinement() -> ConfinementReport:
