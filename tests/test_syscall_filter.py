@@ -316,7 +316,7 @@ MAKE_KEYS = SYSCALLS + textwrap.dedent("""
 def make_keys_as(uid: int) -> None:
     done = subprocess.run(["/usr/bin/python3", "-c", MAKE_KEYS], user=uid, group=uid, extra_groups=[],
                           capture_output=True, text=True, timeout=30, cwd="/")
-    assert done.returncode == 0 and int(done.stdout.split()[0]) > 0, done
+    assert done.returncode == 0 and all(int(serial) > 0 for serial in done.stdout.split()), done
     assert uid in key_user_ids()
 
 

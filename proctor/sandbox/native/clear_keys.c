@@ -67,6 +67,10 @@ int main(int argc, char **argv) {
     };
     for (int i = 0; i < 3; i++)
         if (rings[i] > 0) empty_ring(rings[i], 0);
+    /* The persistent keyring first: it is possessed only through this process's keyring, which
+     * the sweep below invalidates too. */
+    for (int i = 2; i >= 0; i--)
+        if (rings[i] > 0) invalidate(rings[i]);
     /* Keys of this uid linked elsewhere (e.g. into another uid's keyring) that it can still see. */
     FILE *f = fopen("/proc/keys", "r");
     if (f) {
@@ -80,8 +84,6 @@ int main(int argc, char **argv) {
         }
         fclose(f);
     }
-    for (int i = 0; i < 3; i++)
-        if (rings[i] > 0) invalidate(rings[i]);
     printf("%d\n", invalidated);
     return 0;
 }
