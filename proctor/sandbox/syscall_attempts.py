@@ -9,6 +9,7 @@ waiting syscalls (ENOSYS): nothing is ever let through."""
 
 from __future__ import annotations
 
+import array
 import fcntl
 import os
 import select
@@ -108,11 +109,16 @@ class SyscallRecorder:
                     os.close(fd)
 
     def _receive_listeners(self) -> list[int]:
+        # recvmsg, not socket.recv_fds: Python 3.11's recv_fds drops its flags argument.
+        fds = array.array("i")
         try:
-            _, fds, _, _ = socket.recv_fds(self._ours, 16, 8, socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
+            _, ancdata, _, _ = self._ours.recvmsg(16, socket.CMSG_SPACE(8 * fds.itemsize), socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
         except (BlockingIOError, InterruptedError):
             return []
-        return fds
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+        return list(fds)
 
     def _answer(self, listener: int) -> None:
         buf = bytearray(_NOTIF.size)
