@@ -113,6 +113,17 @@ def test_student_code_in_a_judges_sandbox_cannot_use_a_keyring(confinement, tmp_
         assert [a.syscall for a in runner.sandbox.syscall_attempts()] == ["add_key"]
 
 
+def test_check_confinement_reports_the_filter_from_a_real_keyring_attempt(confinement):
+    grant = confinement.get("syscall_filter")
+    assert grant is not None and grant.status == "enforced"
+    assert "Seccomp=2" in grant.detail and f"refused-{errno.EPERM}" in grant.detail and "recorded: add_key" in grant.detail
+
+
+def test_a_missing_command_still_says_so_through_the_loader(make_sandbox):
+    res = make_sandbox().run(["no-such-command-here"], timeout=20)
+    assert res.exit_code == 127 and b"no-such-command-here: No such file or directory" in res.stderr
+
+
 # -- other host-wide channels -----------------------------------------------------------------------
 def test_af_vsock_cannot_connect_two_sandboxes_and_is_recorded(make_sandbox):
     server, client = make_sandbox(), make_sandbox()

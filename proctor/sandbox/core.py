@@ -226,12 +226,14 @@ class Sandbox:
 
     def _student_argv(self, argv: Sequence[str], cwd: str) -> list[str]:
         assert self._anchor_pid is not None
-        # Last in the chain, after setpriv has set no_new_privs: the syscall filter
-        # (syscall_filter.py), inherited by everything the command starts.
+        # The syscall filter (syscall_filter.py) is installed while still root, before setpriv
+        # drops to the student: a loader running as the student would be ptrace-able by the
+        # student's other processes before its filter is in, and could be made to skip it.
+        # setpriv then runs under the filter, and so does everything the command starts.
         loader = [self._loader, *map(str, self._loader_fds()), "--"] if self._syscalls else []
         return [
             binaries()["nsenter"], "-t", str(self._anchor_pid), "-m", "-u", "-i", "-n", "-p", "-C",
-            "-r", f"--wdns={cwd}", "--", *_setpriv(self.uid, self.uid), *loader, *argv,
+            "-r", f"--wdns={cwd}", "--", *loader, *_setpriv(self.uid, self.uid), *argv,
         ]
 
     def _loader_fds(self) -> tuple[int, ...]:

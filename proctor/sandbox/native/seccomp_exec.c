@@ -1,9 +1,11 @@
 /* seccomp-exec FILTER_FD SOCKET_FD -- ARGV...
  *
- * The last link of the chain that starts every student process (after setpriv has dropped to
- * the student's uid and set no_new_privs): install the harness's seccomp filter, hand the
- * filter's user-notification listener to the harness over SOCKET_FD (SCM_RIGHTS), close both
- * descriptors and exec ARGV. The filter is inherited by every descendant and cannot be removed;
+ * A link of the chain that starts every student process, run as root inside the sandbox's
+ * namespaces just before setpriv drops to the student's uid (as root, no student process can
+ * ptrace it before its filter is in): install the harness's seccomp filter, hand the filter's
+ * user-notification listener to the harness over SOCKET_FD (SCM_RIGHTS), close both
+ * descriptors and exec ARGV (setpriv ... -- the student's command). The filter is inherited by
+ * every descendant and cannot be removed;
  * the listener lives in the harness, out of the student's reach, so an attempt the filter
  * refers to the harness is recorded before the syscall returns and cannot be hidden.
  *
@@ -70,7 +72,7 @@ int main(int argc, char **argv) {
     if (!insns || pread(filter_fd, insns, size, 0) != (ssize_t)size) return fail("reading the filter");
     close(filter_fd);
     struct sock_fprog prog = {.len = (unsigned short)(size / sizeof(struct sock_filter)), .filter = insns};
-    /* setpriv has set it already; a filter without it would need CAP_SYS_ADMIN. */
+    /* Set for the filter's sake (root could do without); setpriv sets it again. */
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail("no_new_privs");
     long listener = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
     if (listener < 0) return fail("installing the seccomp filter");
@@ -80,6 +82,6 @@ int main(int argc, char **argv) {
     free(insns);
     execvp(argv[4], argv + 4);
     int code = errno == ENOENT ? 127 : 126;
-    fprintf(stderr, "proctor: failed to execute %s: %s\n", argv[4], strerror(errno));
+    fprintf(stderr, "proctor-seccomp-exec: failed to execute %s: %s\n", argv[4], strerror(errno));
     return code;
 }
