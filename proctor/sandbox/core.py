@@ -5,8 +5,9 @@ A sandbox owns persistent places (a leased uid, cgroups, capped tmpfs mounts for
 and /dev/shm) and, while the student is active, a *session*: a bubblewrap process that holds the
 namespaces, anchored by a root process the student cannot signal. Every command enters that
 session with nsenter, joins a child cgroup of its own (so its whole tree can be killed on timeout),
-then drops to the student's uid with setpriv. `kill_all()` ends the session; the next command
-starts a fresh one, so no student process survives a custody point but the workdir does."""
+installs the syscall filter (syscall_filter.py), then drops to the student's uid with setpriv.
+`kill_all()` ends the session; the next command starts a fresh one, so no student process
+survives a custody point but the workdir does."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ from .cgroups import SandboxCgroup
 from .environment import student_env, student_path
 from .host import binaries, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
+from .native import helper
 from .network import NetworkBridge, net_counters
 from .reaper import become_subreaper, kill_pids, reap_orphans, reap_until_empty
-from .native import helper
 from .runtime import default_runtime
 from .syscall_attempts import SyscallAttempt, SyscallRecorder
 from .uids import UidLease, lease_uid
