@@ -87,3 +87,13 @@ def test_the_rollout_benchmark_runs_and_reports_every_figure() -> None:
     res = json.loads(proc.stdout)
     for key in ("bare_sandbox_ms", "rollout_ms", "ratio"):
         _positive(res, key)
+
+
+@needs_sandbox_host
+def test_the_syscall_filter_benchmark_runs_and_reports_its_ratio() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH.with_name("syscall_filter.py")), "--quick", "--json"], capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads(proc.stdout)
+    assert res["n"] > 0 and _positive(res, "with_filter_ms") and _positive(res, "without_ms") and _positive(res, "ratio")
