@@ -14,3 +14,4 @@ bench: setup
 	@.venv/bin/python bench/tools_custody.py
 	@.venv/bin/python bench/rollout.py
 	@.venv/bin/python bench/server.py
+	@.venv/bin/python bench/syscall_filter.py

@@ -75,7 +75,8 @@ def _check_confinement(as_json: bool) -> None:
         console.print(table)
         console.print(
             "Not covered: kernel exploits (host a stronger runtime such as gVisor or a VM for that), "
-            "timing side channels, and anything the task itself mounts into the sandbox."
+            "timing side channels (page-cache residency timed by plain reads included), host-wide counters (free "
+            "memory, load, process counts), and anything the task itself mounts into the sandbox."
         )
         if missing:
             console.print(f"[red]missing:[/red] {', '.join(missing)}")

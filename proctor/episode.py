@@ -581,7 +581,10 @@ class Episode:
         """After each tool call the student made, before its result is recorded."""
 
     def _at_custody(self, index: int, point: Any) -> None:
-        """When custody has killed everything and copied the submission, before judging."""
+        """When custody has killed everything and copied the submission, before judging: the
+        syscalls the sandbox's filter refused and recorded (keyrings, fanotify, AF_VSOCK: shared
+        kernel state), read now that no student process is left to add one."""
+        self._flag_all(policies.forbidden_syscalls(self.box), index)
 
     def _after_judging(self, index: int, verdict: Verdict) -> None:
         """When the step's judge has answered (its misbehaviour already recorded)."""

@@ -20,6 +20,10 @@ command -v setpriv >/dev/null && command -v nsenter >/dev/null || need+=(util-li
 [ -x /usr/sbin/nft ] || need+=(nftables)  # the loopback guard of each sandbox's network namespace
 [ -x /usr/bin/python3 ] || need+=(python3)
 /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+# The syscall filter's loader and the keyring cleanup are two small C programs (built below).
+command -v gcc >/dev/null || need+=(gcc)
+[ -f /usr/include/linux/seccomp.h ] || need+=(linux-libc-dev)
+[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -57,3 +61,7 @@ fi
 
 # The harness's secret for hidden draws (proctor/tasks/salts.py): root-only, never mounted.
 .venv/bin/python -c 'from proctor.tasks.salts import instance_key; instance_key()'
+
+# The seccomp loader every student command starts under, and the keyring cleanup
+# (proctor/sandbox/native/): built into /usr/local/libexec/proctor, which sandboxes see read-only.
+.venv/bin/python -c 'from proctor.sandbox.native import build_all; build_all()'

@@ -93,3 +93,10 @@ def test_the_server_benchmark_runs_and_reports_every_figure() -> None:
     for key in ("direct_step_ms", "served_step_ms"):
         _positive(res, key)
     assert isinstance(res["overhead_ms"], float)
+def test_the_syscall_filter_benchmark_runs_and_reports_its_ratio() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH.with_name("syscall_filter.py")), "--quick", "--json"], capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads(proc.stdout)
+    assert res["n"] > 0 and _positive(res, "with_filter_ms") and _positive(res, "without_ms") and _positive(res, "ratio")

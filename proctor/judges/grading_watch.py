@@ -128,6 +128,7 @@ def sandbox_events(box: Sandbox, where: str) -> list[MisbehaviourEvent]:
     a judge runs student code in passes through here (StudentRunner.close, observe_run), so a new
     sandbox-level signal (the keyring branch's refused syscalls) is forwarded by one more line."""
     events = list(resource_events(box))
+    events += [MisbehaviourEvent(kind="forbidden_syscall", detail=a.describe()) for a in box.syscall_attempts()]
     return [MisbehaviourEvent(kind=e.kind, detail=f"{where}: {e.detail}") for e in events]
 
 

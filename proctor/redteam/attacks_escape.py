@@ -1,11 +1,12 @@
 """Escaping: becoming root, setuid binaries, ptrace of other processes, signalling the harness,
 reaching other sandboxes, and kernel interfaces (cgroup files, /proc/sysrq-trigger, mount,
-unshare, chroot, keyctl, bpf, perf_event_open, io_uring, TIOCSTI), each tried from python3 where a
-one-liner can. Every attempt is chosen to be harmless even if it worked (sysrq `h` prints help;
+unshare, chroot, keyctl, fanotify, AF_VSOCK, bpf, perf_event_open, io_uring, TIOCSTI), each
+tried from python3 where a one-liner can. Every attempt is chosen to be harmless even if it worked (sysrq `h` prints help;
 nothing is rebooted or unmounted on the host).
 
 Defence: its own uid, no capabilities, no_new_privs, PID/mount/IPC/UTS/net/cgroup namespaces, no
-/sys, a read-only system view, the default seccomp-free kernel checks on unprivileged callers."""
+/sys, a read-only system view, the kernel's checks on unprivileged callers, and a seccomp filter
+(proctor/sandbox/syscall_filter.py) for the host-wide state those leave open."""
 
 from __future__ import annotations
 
@@ -153,6 +154,20 @@ print('io_uring fd', fd)
 if fd >= 0:
     os.close(fd)
 """
+_FANOTIFY = """
+# fanotify_init(FAN_CLASS_NOTIF | FAN_REPORT_FID): unprivileged inode marks on shared files.
+print('fanotify fd', libc.syscall(300, 0x200, 0))
+"""
+_VSOCK = """
+# socket(AF_VSOCK) and bind a port any other sandbox could connect to.
+import socket
+try:
+    s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    s.bind((socket.VMADDR_CID_ANY, 31337))
+    print('vsock bound')
+except OSError as exc:
+    print('vsock', exc)
+"""
 _TIOCSTI = """
 # TIOCSTI pushes keystrokes into a controlling terminal's input queue.
 for path in ('/dev/tty', '/dev/console', '/dev/pts/0', '/proc/1/fd/0'):
@@ -189,12 +204,17 @@ ATTACKS: list[Attack] = [
     Attack("chroot-setns-pivot", "escape", "chroot, setns into pid 1's mount namespace, pivot_root",
            "no capabilities", (), _chroot_pivot),
     Attack("kernel-keyring", "escape", "join and read the session and user keyrings for secrets (keyctl)",
-           "a fresh session keyring per sandbox; nothing of the harness in it", (), _syscall("keyctl", _KEYCTL)),
-    Attack("bpf-syscall", "escape", "load a BPF program and create a map (bpf)", "unprivileged BPF refused without CAP_BPF", (), _syscall("bpf", _BPF)),
+           "seccomp filter: keyctl, add_key and request_key refused and recorded (keyrings are host-wide)",
+           ("forbidden_syscall",), _syscall("keyctl", _KEYCTL)),
+    Attack("fanotify-watch", "escape", "watch shared system files for other sandboxes' accesses (fanotify_init)",
+           "seccomp filter: fanotify_init refused and recorded", ("forbidden_syscall",), _syscall("fanotify", _FANOTIFY)),
+    Attack("af-vsock", "escape", "bind an AF_VSOCK port, whose port space every network namespace shares",
+           "seccomp filter: AF_VSOCK sockets refused and recorded", ("forbidden_syscall",), _syscall("vsock", _VSOCK)),
+    Attack("bpf-syscall", "escape", "load a BPF program and create a map (bpf)", "seccomp filter: bpf refused (EPERM)", (), _syscall("bpf", _BPF)),
     Attack("perf-event-open", "escape", "open CPU-wide hardware counters and tracepoints (perf_event_open)",
-           "perf_event_paranoid and no CAP_PERFMON", (), _syscall("perf", _PERF)),
+           "seccomp filter: perf_event_open refused (EACCES)", (), _syscall("perf", _PERF)),
     Attack("io-uring", "escape", "set up an io_uring to issue I/O outside the usual syscall path",
-           "io_uring works only on what the process can already reach", (), _syscall("io_uring", _IOURING)),
+           "seccomp filter: io_uring_setup refused (ENOSYS, callers fall back)", (), _syscall("io_uring", _IOURING)),
     Attack("tiocsti-injection", "escape", "push keystrokes into a controlling terminal with TIOCSTI",
            "bubblewrap --new-session: no controlling terminal", (), _syscall("tiocsti", _TIOCSTI)),
     Attack("write-system-dirs", "escape", "append to /usr/bin/python3, /etc/passwd, the runtime's python and /data",

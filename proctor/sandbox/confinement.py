@@ -3,11 +3,14 @@ inside it reports what it sees; the harness compares that with what it asked for
 
 from __future__ import annotations
 
+import errno
 import os
+import platform
 import threading
 from pathlib import Path
 
 from ..errors import ProctorError, SandboxUnavailable
+from . import syscall_filter
 from .cgroups import layout
 from .environment import student_env
 from .host import binaries, require_host
@@ -18,7 +21,7 @@ from .network import loopback_escapes
 DEFAULT_REQUIRED = (
     "uid_isolation", "no_new_privs", "mount_namespace", "pid_namespace", "network_namespace",
     "ipc_namespace", "memory_limit", "no_swap", "pids_limit", "cpu_quota", "freezer", "disk_quota",
-    "oom_priority", "clean_environment", "own_inodes", "host_counters_masked",
+    "oom_priority", "clean_environment", "own_inodes", "host_counters_masked", "syscall_filter",
 )
 # What namespaces on one kernel cannot separate: measured by bench/covert.py on the CI machine
 # (2 cores, kernel 6.18); docs/sandbox.md has the numbers and what gVisor changes.
@@ -31,11 +34,11 @@ RESIDUAL = (
     "memory contention and /proc/uptime's idle column (0.2-2.5 bit/s on a busy 2-core machine, "
     "more on a quiet one). bench/covert.py measures them; a gVisor runtime has its own /proc "
     "and file cache."
-)
+
 PROBE_LIMITS = SandboxLimits(memory_bytes=96 * MiB, pids=32, cpus=0.5, workdir_bytes=3 * MiB, workdir_inodes=333)
 _PROBE = r"""
 echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
-grep -E '^(NoNewPrivs|CapEff|CapBnd|CapPrm|CapAmb):' /proc/self/status | tr -d '\t' | sed 's/:/=/'
+grep -E '^(NoNewPrivs|CapEff|CapBnd|CapPrm|CapAmb|Seccomp):' /proc/self/status | tr -d '\t' | sed 's/:/=/'
 echo "nprocs=$(ls -d /proc/[0-9]* | wc -l)"
 echo "netifs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)"
 for ns in ipc mnt pid net uts; do echo "ns_$ns=$(readlink /proc/self/ns/$ns)"; done
@@ -47,7 +50,15 @@ echo "envnames=$(env | cut -d= -f1 | sort | tr '\n' ,)"
 echo "view_inodes=$(stat -f -c '%c' / /usr /etc /dev/null 2>&1 | tail -n 3 | tr '\n' ' ')"
 echo "null_dev=$(stat -c '%d' /dev/null)"
 echo "counters=$(cat /proc/sys/kernel/pty/nr)$(wc -c < /proc/key-users)$(wc -c < /proc/sys/fs/file-nr)"
+echo "add_key=$(python3 -c "$2" 2>&1 | tr -d '\n' | head -c 80)"
 """
+# The keyring attack itself (add_key into the user keyring): the filter must refuse it (EPERM)
+# and the harness must have recorded it.
+_ADD_KEY = (
+    "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+    "r = libc.syscall(248, b'user', b'proctor-probe', b'x', 1, -4); "
+    "print(f'key-{r}' if r >= 0 else f'refused-{ctypes.get_errno()}')"
+)
 
 _cached: ConfinementReport | None = None
 _lock = threading.Lock()
@@ -83,7 +94,8 @@ def probe() -> ConfinementReport:
     box = Sandbox(SandboxSpec(limits=PROBE_LIMITS), ConfinementReport(protections=()), degraded_ok=True)
     try:
         box._build()
-        res = box.run(["/bin/sh", "-c", _PROBE, "probe", str(marker)], timeout=20)
+        res = box.run(["/bin/sh", "-c", _PROBE, "probe", str(marker), _ADD_KEY], timeout=20)
+        recorded = [a.syscall for a in box.syscall_attempts()]
         seen = dict(
             part.split("=", 1) for line in res.text.splitlines() for part in (line.split(" ") if line.startswith("uid=") else [line]) if "=" in part
         )
@@ -135,6 +147,7 @@ def probe() -> ConfinementReport:
             Protection(name="shared_host_resources", status="degraded", mechanism="none: one kernel's page cache and CPUs", detail=RESIDUAL),
             _p("loopback_guard", guarded, "nftables table per network namespace (drops and counts packets leaving lo for other addresses)",
                "" if guarded else "nft is not installed (make setup installs nftables): packets a socket bound to lo sends elsewhere go unseen"),
+            _syscall_filter(seen, recorded),
             _p("device_passthrough", True, "bubblewrap --dev-bind of task-declared device nodes", "only nodes a task names are present"),
         )
         return ConfinementReport(protections=protections, cgroup_version=v)
@@ -143,6 +156,15 @@ def probe() -> ConfinementReport:
     finally:
         marker.unlink(missing_ok=True)
         box.close()
+
+
+def _syscall_filter(seen: dict[str, str], recorded: list[str]) -> Protection:
+    mechanism = "seccomp filter on every student process: keyrings, fanotify, AF_VSOCK refused and recorded; page-cache eviction and probes neutralised"
+    if not syscall_filter.supported():
+        return _p("syscall_filter", False, mechanism, f"no filter for this architecture ({platform.machine()})")
+    ok = seen.get("Seccomp") == "2" and seen.get("add_key") == f"refused-{errno.EPERM}" and "add_key" in recorded
+    return _p("syscall_filter", ok, mechanism,
+              f"Seccomp={seen.get('Seccomp')}, add_key as the student: {seen.get('add_key')}, recorded: {', '.join(recorded) or 'nothing'}")
 
 
 def machine_confinement() -> ConfinementReport:

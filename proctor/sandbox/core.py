@@ -5,8 +5,9 @@ A sandbox owns persistent places (a leased uid, cgroups, capped tmpfs mounts for
 and /dev/shm) and, while the student is active, a *session*: a bubblewrap process that holds the
 namespaces, anchored by a root process the student cannot signal. Every command enters that
 session with nsenter, joins a child cgroup of its own (so its whole tree can be killed on timeout),
-then drops to the student's uid with setpriv. `kill_all()` ends the session; the next command
-starts a fresh one, so no student process survives a custody point but the workdir does."""
+installs the syscall filter (syscall_filter.py), then drops to the student's uid with setpriv.
+`kill_all()` ends the session; the next command starts a fresh one, so no student process
+survives a custody point but the workdir does."""
 
 from __future__ import annotations
 
@@ -22,15 +23,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..errors import ConfinementError, SandboxError
-from . import procfs, reclaim, tmpfs
+from . import keyrings, procfs, reclaim, syscall_filter, tmpfs
 from .capture import HeadTail
 from .cgroups import SandboxCgroup
 from .environment import student_env, student_path
 from .host import binaries, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
+from .native import helper
 from .network import NetworkBridge, guard_loopback, net_counters
 from .reaper import become_subreaper, kill_pids, reap_orphans, reap_until_empty
 from .runtime import default_runtime
+from .syscall_attempts import SyscallAttempt, SyscallRecorder
 from .uids import UidLease, lease_uid
 from .ownfs import OwnView
 from .view import ETC_ALLOWLIST, Places, bwrap_args, check_trusted_dirs, identity_files
@@ -96,6 +99,7 @@ class Sandbox:
         self._pidns: int | None = None
         self._children: list[subprocess.Popen] = []
         self._bridge: NetworkBridge | None = None
+        self._syscalls: SyscallRecorder | None = None
         self._closed = False
         root = state_dir("sandboxes") / self.id
         self.places = Places(root, root / "view", root / "workdir", root / "tmp", root / "shm")
@@ -160,6 +164,9 @@ class Sandbox:
         self._bwrap_args = bwrap_args(self.spec, own, self.places, self.runtime)
         if self.spec.network.allow:
             self._bridge = NetworkBridge(self.spec.network.allow)
+        if syscall_filter.supported():
+            self._loader = helper("seccomp-exec")
+            self._syscalls = SyscallRecorder()
 
     @property
     def uid(self) -> int:
@@ -223,10 +230,25 @@ class Sandbox:
 
     def _student_argv(self, argv: Sequence[str], cwd: str) -> list[str]:
         assert self._anchor_pid is not None
+        # The syscall filter (syscall_filter.py) is installed while still root, before setpriv
+        # drops to the student: a loader running as the student would be ptrace-able by the
+        # student's other processes before its filter is in, and could be made to skip it.
+        # setpriv then runs under the filter, and so does everything the command starts.
+        loader = [self._loader, *map(str, self._loader_fds()), "--"] if self._syscalls else []
         return [
             binaries()["nsenter"], "-t", str(self._anchor_pid), "-m", "-u", "-i", "-n", "-p", "-C",
-            "-r", f"--wdns={cwd}", "--", *_setpriv(self.uid, self.uid), *argv,
+            "-r", f"--wdns={cwd}", "--", *loader, *_setpriv(self.uid, self.uid), *argv,
         ]
+
+    def _loader_fds(self) -> tuple[int, ...]:
+        return (syscall_filter.filter_fd(), self._syscalls.loader_fd) if self._syscalls else ()
+
+    def syscall_attempts(self) -> list[SyscallAttempt]:
+        """Syscalls the filter refused and recorded (keyrings, fanotify, AF_VSOCK) since the last
+        call, in this sandbox's student and judge processes alike. Each call returns only new
+        attempts; drain after each tool call or command and at custody, and record them as
+        misbehaviour (kind `forbidden_syscall`)."""
+        return self._syscalls.drain() if self._syscalls else []
 
     # -- running commands ------------------------------------------------------------------------
     def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> StudentProcess:
@@ -234,7 +256,8 @@ class Sandbox:
         self._ensure_session()
         group = self._cg.new_child()
         proc = self._enter_popen(
-            self._student_argv(argv, cwd), group, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            self._student_argv(argv, cwd), group, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            pass_fds=self._loader_fds(),
         )
         self._check_entered(proc)
         return StudentProcess(proc, group, self)
@@ -259,7 +282,7 @@ class Sandbox:
         proc = self._enter_popen(
             self._student_argv(argv, cwd), group,
             stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=self._loader_fds(),
         )
         self._check_entered(proc)
         out, err = HeadTail(output_cap // 2, output_cap - output_cap // 2), HeadTail(output_cap // 2, output_cap - output_cap // 2)
@@ -395,6 +418,13 @@ class Sandbox:
                 errors.append(report.detail)
         if self._bridge:
             self._bridge.stop()
+        if self._lease is not None:
+            # Keys are host state that outlives every process of the uid (keyrings.py).
+            left = keyrings.clear_keys(self.uid)
+            if left:
+                errors.append(left)
+        if self._syscalls:
+            self._syscalls.close()
         for step in (self._unmount_all, self._cg.remove, self._remove_files):
             try:
                 step()

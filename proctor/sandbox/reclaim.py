@@ -2,8 +2,8 @@
 
 Every live sandbox holds an flock on `locks/<id>.lock`; the kernel drops it when the harness
 dies, even by `kill -9`. At startup any sandbox id whose lock can be taken is stale: its
-processes are killed (by cgroup and by uid), its mounts detached, its cgroups, files and uid
-lease removed."""
+processes are killed (by cgroup and by uid), its mounts detached, its uid's kernel keys invalidated,
+its cgroups, files and uid lease removed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from . import cgroups, ownfs, tmpfs
+from . import cgroups, keyrings, ownfs, tmpfs
 from .host import state_dir
 from .locks import try_lock
 from .reaper import kill_pids, kill_uid, reap_until_empty
@@ -87,6 +87,7 @@ def _reclaim(sandbox_id: str) -> None:
             uid_lock.unlink(missing_ok=True)
             os.close(fd)
         kill_uid(uid)
+        keyrings.clear_keys(uid)  # keys outlive the uid's processes; lease_uid checks again
     else:
         kill_pids(cg.pids())
     root = state_dir("sandboxes") / sandbox_id

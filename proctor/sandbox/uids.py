@@ -64,8 +64,9 @@ class UidLease:
 
 
 def lease_uid() -> UidLease:
-    """Lease a uid no other live sandbox holds. Leftover processes of that uid (from a crashed
-    harness) are killed before it is handed out."""
+    """Lease a uid no other live sandbox holds. Leftover processes and kernel keys of that uid
+    (from a crashed harness) are killed and invalidated before it is handed out."""
+    from .keyrings import clear_keys
     from .reaper import kill_uid  # late import: reaper depends on models only
 
     directory = state_dir("uids")
@@ -79,7 +80,8 @@ def lease_uid() -> UidLease:
         fd = try_lock(path)
         if fd is None:
             continue
-        if not kill_uid(uid, deadline_s=2.0):
+        # Nor any kernel key of it: whoever gets the uid next could read them.
+        if not kill_uid(uid, deadline_s=2.0) or clear_keys(uid):
             os.close(fd)
             continue
         return UidLease(uid, fd, path)

@@ -1,0 +1,229 @@
+"""The seccomp filter on every student process: which syscalls a student may not make.
+
+Some kernel state is shared by the whole host and not namespaced, so two sandboxes (or a
+rollout and a later one, or a judge's sandbox and a student's) could pass tokens through it:
+kernel keyrings, fanotify marks, AF_VSOCK ports, the page cache of read-only system files.
+The filter closes these at the syscall, in three ways:
+
+- **refused and recorded** (SECCOMP_RET_USER_NOTIF): what no honest workflow does. The call
+  stops, the harness (syscall_attempts.py) records it and answers with an errno; the rollout
+  flags it as `forbidden_syscall`.
+- **refused quietly**: what honest tools probe and fall back from (io_uring, clone3, perf,
+  bpf), with the errno that makes them fall back. Not flagged: a false flag zeroes an honest
+  reward.
+- **made harmless**: posix_fadvise DONTNEED/NOREUSE succeeds without evicting anything (cp, tar
+  and databases call it), and preadv2/pwritev2 with RWF_NOWAIT fail with EOPNOTSUPP (callers
+  retry without the flag), so the page cache can be neither evicted nor probed cheaply.
+
+Everything else is allowed. The filter checks the architecture: a 64-bit process could
+otherwise make 32-bit (int 0x80) or x32 syscalls, whose numbers the rules below do not match.
+
+The program is hand-assembled classic BPF (a dozen rules do not need libseccomp) and handed to
+the loader (native/seccomp_exec.c) on an inherited memfd."""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+import struct
+import threading
+from dataclasses import dataclass
+
+# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6] (little endian).
+_NR, _ARCH = 0, 4
+
+
+def _arg_lo(i: int) -> int:
+    return 16 + 8 * i
+
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+RET_KILL_PROCESS = 0x80000000
+RET_USER_NOTIF = 0x7FC00000
+RET_ALLOW = 0x7FFF0000
+
+
+def RET_ERRNO(e: int) -> int:  # noqa: N802 (the kernel's name)
+    return 0x00050000 | (e & 0xFFFF)
+
+
+# x86_64 syscall numbers.
+NR = {
+    "socket": 41, "socketpair": 53, "clone": 56, "syslog": 103, "io_setup": 206, "fadvise64": 221,
+    "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "perf_event_open": 298,
+    "fanotify_init": 300, "bpf": 321, "preadv2": 327, "pwritev2": 328, "io_uring_setup": 425,
+    "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "cachestat": 451,
+}
+AF_VSOCK = 40
+POSIX_FADV_DONTNEED, POSIX_FADV_NOREUSE = 4, 5
+RWF_NOWAIT = 0x8
+CLONE_NEWUSER = 0x10000000
+
+# Flagged: (syscall, the errno the harness answers with). Kernel keyrings are host-wide and
+# outlive the sandbox; fanotify inode marks see other sandboxes' accesses to shared files.
+FLAGGED = {"add_key": errno.EPERM, "request_key": errno.EPERM, "keyctl": errno.EPERM, "fanotify_init": errno.EPERM}
+# Flagged when the first argument (the address family) is AF_VSOCK: its port space is shared by
+# every network namespace, so two sandboxes could meet there.
+FLAGGED_VSOCK = {"socket": errno.EAFNOSUPPORT, "socketpair": errno.EAFNOSUPPORT}
+# Refused quietly, with the errno its honest callers fall back from.
+QUIET = {
+    # io_uring and Linux AIO can issue RWF_NOWAIT reads the filter cannot see (the flags are in
+    # memory); runtimes that probe them fall back to plain syscalls on ENOSYS.
+    "io_uring_setup": errno.ENOSYS, "io_uring_enter": errno.ENOSYS, "io_uring_register": errno.ENOSYS,
+    "io_setup": errno.ENOSYS,
+    # Page-cache residency of any open file, i.e. of the shared system files.
+    "cachestat": errno.ENOSYS,
+    # Flags in memory, so CLONE_NEWUSER cannot be checked: glibc falls back to clone on ENOSYS.
+    "clone3": errno.ENOSYS,
+    # Host-wide performance counters and kernel log; profilers and dmesg handle the refusal.
+    "perf_event_open": errno.EACCES, "bpf": errno.EPERM, "syslog": errno.EPERM,
+}
+# A user namespace would give the student every capability over new mount, time and network
+# namespaces and a much larger kernel surface; sandboxed students do not need one (tools that
+# try, such as Chromium's sandbox, fall back or take --no-sandbox). Refused quietly.
+NEWUSER_ERRNO = errno.EPERM
+
+
+def supported() -> bool:
+    """Whether this harness has a filter for this machine's architecture."""
+    return platform.machine() == "x86_64"
+
+
+@dataclass
+class _Asm:
+    """A tiny classic-BPF assembler with forward labels."""
+
+    code: list
+
+    def ld(self, off: int) -> None:
+        self.code.append(("ld", off))
+
+    def jeq(self, k: int, label: str) -> None:
+        self.code.append(("jeq", k, label))
+
+    def jset(self, k: int, label: str) -> None:
+        self.code.append(("jset", k, label))
+
+    def jge(self, k: int, label: str) -> None:
+        self.code.append(("jge", k, label))
+
+    def ret(self, k: int) -> None:
+        self.code.append(("ret", k))
+
+    def label(self, name: str) -> None:
+        self.code.append(("label", name))
+
+    def assemble(self) -> bytes:
+        where: dict[str, int] = {}
+        pc = 0
+        for ins in self.code:
+            if ins[0] == "label":
+                where[ins[1]] = pc
+            else:
+                pc += 1
+        out, pc = [], 0
+        for ins in self.code:
+            op = ins[0]
+            if op == "label":
+                continue
+            if op == "ld":
+                out.append(struct.pack("<HBBI", 0x20, 0, 0, ins[1]))  # BPF_LD|BPF_W|BPF_ABS
+            elif op == "ret":
+                out.append(struct.pack("<HBBI", 0x06, 0, 0, ins[1]))  # BPF_RET|BPF_K
+            else:
+                code = {"jeq": 0x15, "jge": 0x35, "jset": 0x45}[op]  # BPF_JMP|BPF_{JEQ,JGE,JSET}|BPF_K
+                jt = where[ins[2]] - pc - 1
+                if not 0 <= jt < 256:
+                    raise ValueError(f"jump to {ins[2]} out of range")
+                out.append(struct.pack("<HBBI", code, jt, 0, ins[1]))
+            pc += 1
+        return b"".join(out)
+
+
+def program() -> bytes:
+    """The filter, as the bytes of a `struct sock_filter` array."""
+    a = _Asm([])
+    a.ld(_ARCH)
+    a.jeq(AUDIT_ARCH_X86_64, "native")
+    a.ret(RET_KILL_PROCESS)  # i386 syscalls from a 64-bit process: a bypass attempt, nothing honest
+    a.label("native")
+    a.ld(_NR)
+    a.jge(X32_SYSCALL_BIT, "enosys")
+    for name in FLAGGED:
+        a.jeq(NR[name], "notify")
+    for name, e in QUIET.items():
+        a.jeq(NR[name], f"quiet_{e}")
+    for name in FLAGGED_VSOCK:
+        a.jeq(NR[name], "family")
+    a.jeq(NR["fadvise64"], "fadvise")
+    a.jeq(NR["preadv2"], "rwflags")
+    a.jeq(NR["pwritev2"], "rwflags")
+    a.jeq(NR["unshare"], "nsflags")
+    a.jeq(NR["clone"], "nsflags")
+    a.ret(RET_ALLOW)
+
+    a.label("family")
+    a.ld(_arg_lo(0))
+    a.jeq(AF_VSOCK, "notify")
+    a.ret(RET_ALLOW)
+    a.label("fadvise")  # fadvise64(fd, offset, len, advice)
+    a.ld(_arg_lo(3))
+    a.jeq(POSIX_FADV_DONTNEED, "noop")
+    a.jeq(POSIX_FADV_NOREUSE, "noop")
+    a.ret(RET_ALLOW)
+    a.label("rwflags")  # preadv2(fd, iov, iovcnt, pos_l, pos_h, flags)
+    a.ld(_arg_lo(5))
+    a.jset(RWF_NOWAIT, "nowait")
+    a.ret(RET_ALLOW)
+    a.label("nsflags")  # unshare(flags) and clone(flags, ...)
+    a.ld(_arg_lo(0))
+    a.jset(CLONE_NEWUSER, "newuser")
+    a.ret(RET_ALLOW)
+
+    a.label("notify")
+    a.ret(RET_USER_NOTIF)
+    a.label("noop")
+    a.ret(RET_ERRNO(0))  # the syscall is skipped and returns 0
+    a.label("nowait")
+    a.ret(RET_ERRNO(errno.EOPNOTSUPP))
+    a.label("newuser")
+    a.ret(RET_ERRNO(NEWUSER_ERRNO))
+    a.label("enosys")
+    a.ret(RET_ERRNO(errno.ENOSYS))
+    for e in sorted(set(QUIET.values())):
+        a.label(f"quiet_{e}")
+        a.ret(RET_ERRNO(e))
+    return a.assemble()
+
+
+_NAMES = {nr: name for name, nr in NR.items()}
+
+
+def flagged_errno(nr: int) -> int:
+    """The errno the harness answers a referred syscall with."""
+    name = _NAMES.get(nr, "")
+    return FLAGGED.get(name) or FLAGGED_VSOCK.get(name) or errno.EPERM
+
+
+def syscall_name(nr: int) -> str:
+    return _NAMES.get(nr, f"syscall {nr}")
+
+
+_fd: int | None = None
+_fd_lock = threading.Lock()
+
+
+def filter_fd() -> int:
+    """A sealed memfd holding the program, made once per harness process, for the loader to read."""
+    global _fd
+    with _fd_lock:
+        if _fd is None:
+            fd = os.memfd_create("proctor-seccomp", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            os.write(fd, program())
+            import fcntl
+
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+            _fd = fd
+        return _fd

@@ -1,0 +1,361 @@
+"""The seccomp filter on every student process, attacked for real: kernel keyrings, fanotify,
+AF_VSOCK and page-cache probes carry nothing between sandboxes (side by side or one after the
+other), each refused attempt that no honest workflow makes is recorded, honest work (pip, git,
+multiprocessing, cp, tar, numpy, pytest, a file watcher) runs unflagged, and no kernel key of a
+sandbox uid survives close() or reclaim."""
+
+from __future__ import annotations
+
+import errno
+import importlib.metadata
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from proctor import Script
+from proctor.judges.student_code import StudentRunner
+from proctor.sandbox import Sandbox, reclaim_stale
+from proctor.sandbox.keyrings import key_user_ids
+from proctor.testing import rollout
+
+REPO = Path(__file__).resolve().parents[1]
+BASICS = Path(__file__).parent / "envs" / "basics"
+
+# Student code: raw syscalls through ctypes, as an attacker would make them.
+SYSCALLS = textwrap.dedent("""
+    import ctypes, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+
+    def call(nr, *args):
+        r = libc.syscall(nr, *args)
+        return r if r >= 0 else -ctypes.get_errno()
+
+    def add_key(desc, payload, ring=-4):
+        return call(248, b"user", desc.encode(), payload.encode(), len(payload), ring)
+
+    def keyctl(op, *args):
+        return call(250, op, *args)
+""")
+
+
+def student_python(box, code: str, *args: str):
+    return box.run(["python3", "-c", SYSCALLS + textwrap.dedent(code), *args], timeout=60)
+
+
+def recorded(box) -> list[str]:
+    return sorted(a.syscall for a in box.syscall_attempts())
+
+
+# -- keyrings ----------------------------------------------------------------------------------------
+def test_add_key_request_key_and_keyctl_are_refused_and_recorded(make_sandbox):
+    box = make_sandbox()
+    res = student_python(box, """
+        print(add_key("answer", "37087"))
+        print(call(249, b"user", b"answer", None, 0))
+        print(keyctl(0, -4, 1))  # KEYCTL_GET_KEYRING_ID of the user keyring
+        print(keyctl(22, -1, -4))  # KEYCTL_GET_PERSISTENT
+    """)
+    assert res.text.split() == [str(-errno.EPERM)] * 4, res.text
+    attempts = box.syscall_attempts()
+    assert sorted(a.syscall for a in attempts) == ["add_key", "keyctl", "request_key"]
+    assert next(a for a in attempts if a.syscall == "keyctl").count == 2
+    assert box.uid not in key_user_ids()
+
+
+def test_two_sandboxes_at_once_cannot_pass_a_token_through_a_key(make_sandbox):
+    sender, receiver = make_sandbox(), make_sandbox()
+    token = secrets.token_hex(8)
+    # The red team's exchange: a key in the user keyring, opened to everyone, read by serial.
+    sent = student_python(sender, """
+        serial = add_key("drop", sys.argv[1])
+        if serial > 0:
+            keyctl(5, serial, 0x3f3f3f3f)  # KEYCTL_SETPERM: all rights to everyone
+        print(serial)
+    """, token)
+    serial = int(sent.text.split()[0])
+    got = student_python(receiver, """
+        buf = ctypes.create_string_buffer(256)
+        n = keyctl(11, int(sys.argv[1]), buf, 256)  # KEYCTL_READ
+        print(buf.raw[:n].decode() if n > 0 else n)
+        print(open("/proc/keys").read() if os.path.exists("/proc/keys") else "")
+    """, str(serial if serial > 0 else 1))
+    assert serial < 0 and token not in got.text
+    assert recorded(sender) == ["add_key"]
+    assert recorded(receiver) == ["keyctl"]
+
+
+def test_a_rollout_that_uses_a_keyring_is_flagged_at_its_step(confinement, tmp_path):
+    stash = "python3 -c \"import ctypes; l = ctypes.CDLL(None, use_errno=True); print(l.syscall(248, b'user', b'a', b'42', 2, -4))\""
+    result = rollout(BASICS, "write-42", Script(name="keys", turns=[
+        {"tool": "bash", "arguments": {"command": stash}},
+        {"tool": "bash", "arguments": {"command": "echo 42 > /workdir/answer.txt"}},
+        {"tool": "submit", "arguments": {}},
+    ]), tmp_path)
+    assert result.status == "misbehaved" and result.reward == 0.0
+    [flag] = result.misbehaviour
+    assert flag.kind == "forbidden_syscall" and flag.step == 0 and flag.detail.startswith("add_key refused 1 time(s)")
+
+
+def test_student_code_in_a_judges_sandbox_cannot_use_a_keyring(confinement, tmp_path):
+    (tmp_path / "stash.py").write_text(SYSCALLS + "\ndef stash():\n    return add_key('hidden', 'the hidden data')\n")
+    with StudentRunner(tmp_path, call_timeout_s=20) as runner:
+        assert runner.value("stash:stash") == -errno.EPERM
+        assert [a.syscall for a in runner.sandbox.syscall_attempts()] == ["add_key"]
+
+
+def test_check_confinement_reports_the_filter_from_a_real_keyring_attempt(confinement):
+    grant = confinement.get("syscall_filter")
+    assert grant is not None and grant.status == "enforced"
+    assert "Seccomp=2" in grant.detail and f"refused-{errno.EPERM}" in grant.detail and "recorded: add_key" in grant.detail
+
+
+def test_a_missing_command_still_says_so_through_the_loader(make_sandbox):
+    res = make_sandbox().run(["no-such-command-here"], timeout=20)
+    assert res.exit_code == 127 and b"no-such-command-here: No such file or directory" in res.stderr
+
+
+# -- other host-wide channels -----------------------------------------------------------------------
+def test_af_vsock_cannot_connect_two_sandboxes_and_is_recorded(make_sandbox):
+    server, client = make_sandbox(), make_sandbox()
+    port = str(20000 + secrets.randbelow(10000))
+    listen = student_python(server, """
+        import socket
+        try:
+            s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+            s.bind((socket.VMADDR_CID_ANY, int(sys.argv[1]))); s.listen()
+            print("listening")
+        except OSError as e:
+            print("refused", e.errno)
+    """, port)
+    connect = student_python(client, """
+        import socket
+        try:
+            s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+            s.connect((1, int(sys.argv[1]))); print("connected")
+        except OSError as e:
+            print("refused", e.errno)
+    """, port)
+    assert listen.text.split() == ["refused", str(errno.EAFNOSUPPORT)]
+    assert connect.text.split() == ["refused", str(errno.EAFNOSUPPORT)]
+    assert recorded(server) == recorded(client) == ["socket"]
+
+
+def test_fanotify_init_is_refused_and_recorded(make_sandbox):
+    box = make_sandbox()
+    # FAN_CLASS_NOTIF | FAN_REPORT_FID: what an unprivileged watcher of shared inodes asks for.
+    res = student_python(box, "print(call(300, 0x200, os.O_RDONLY))")
+    assert res.text.split() == [str(-errno.EPERM)]
+    assert recorded(box) == ["fanotify_init"]
+
+
+@pytest.fixture
+def shared_file():
+    """A read-only system file every sandbox sees (under /usr), in the page cache."""
+    path = Path(f"/usr/local/share/proctor-pagecache-{secrets.token_hex(4)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(os.urandom(256 * 1024))
+    os.chmod(path, 0o644)
+    path.read_bytes()
+    yield path
+    path.unlink()
+
+
+def _resident(path: Path) -> bool:
+    """Whether every page is cached: a RWF_NOWAIT read from the host fails if one is not."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        buf = bytearray(path.stat().st_size)
+        return os.preadv(fd, [buf], 0, os.RWF_NOWAIT) == len(buf)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_fadvise_cannot_evict_a_system_file_and_rwf_nowait_cannot_probe_it(make_sandbox, shared_file):
+    sender, receiver = make_sandbox(), make_sandbox()
+    assert _resident(shared_file)
+    evict = student_python(sender, """
+        fd = os.open(sys.argv[1], os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_NOREUSE)
+        print("ok")
+    """, str(shared_file))
+    assert evict.text.strip() == "ok" and _resident(shared_file)
+    probe = student_python(receiver, """
+        fd = os.open(sys.argv[1], os.O_RDONLY)
+        for flags in (os.RWF_NOWAIT, os.RWF_NOWAIT | os.RWF_HIPRI):
+            try:
+                print(os.preadv(fd, [bytearray(4096)], 0, flags))
+            except OSError as e:
+                print("refused", e.errno)
+        print(call(451, fd, 0, 0, 0))  # cachestat
+        print(call(425, 8, 0))  # io_uring_setup
+        print(call(206, 8, 0))  # io_setup (Linux AIO)
+    """, str(shared_file))
+    assert probe.text.split() == ["refused", str(errno.EOPNOTSUPP)] * 2 + [str(-errno.ENOSYS)] * 3
+    # Honest callers use these too (cp, tar, runtimes probing io_uring): never flagged.
+    assert recorded(sender) == recorded(receiver) == []
+
+
+def test_a_user_namespace_and_clone3_are_refused_quietly(make_sandbox):
+    box = make_sandbox()
+    res = box.run("unshare -U true; echo $?; unshare -Ur true; echo $?", timeout=30)
+    assert res.stdout.split() == [b"1", b"1"], res.text
+    res = student_python(box, "print(call(272, 0x10000000)); print(call(435, 0, 0))")
+    assert res.text.split() == [str(-errno.EPERM), str(-errno.ENOSYS)]
+    assert recorded(box) == []
+
+
+I386_ADD_KEY = r"""
+#include <stdio.h>
+int main(void) {
+    long r;
+    /* add_key is 286 in the i386 table: the 32-bit ABI, from a 64-bit process. */
+    __asm__ volatile ("int $0x80" : "=a"(r) : "a"(286L), "b"(0L), "c"(0L), "d"(0L), "S"(0L), "D"(0L) : "memory");
+    printf("%ld\n", r);
+    return 0;
+}
+"""
+
+
+def test_the_32_bit_syscall_abi_cannot_go_around_the_filter(make_sandbox, tmp_path):
+    src = tmp_path / "i386.c"
+    src.write_text(I386_ADD_KEY)
+    (tmp_path / "bin").mkdir()
+    subprocess.run(["gcc", "-O0", "-o", str(tmp_path / "bin" / "i386"), str(src)], check=True)
+    box = make_sandbox()
+    box.copy_in(tmp_path / "bin", "bin")
+    res = box.run(["/workdir/bin/i386"], timeout=20)
+    assert res.signal == signal.SIGSYS and res.stdout == b"", res
+
+
+# -- honest work -------------------------------------------------------------------------------------
+def _wheel(directory: Path) -> Path:
+    """A minimal pure-Python wheel, built by hand: pip installs it with no network and no build."""
+    path = directory / "tinypkg-1.0-py3-none-any.whl"
+    files = {
+        "tinypkg/__init__.py": "VALUE = 42\n",
+        "tinypkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
+        "tinypkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files["tinypkg-1.0.dist-info/RECORD"] = "".join(f"{n},,\n" for n in files) + "tinypkg-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return path
+
+
+HONEST = r"""
+set -e
+cd /workdir
+python3 -m pip install -q --no-index --disable-pip-version-check --target /workdir/lib /workdir/pkg/tinypkg-1.0-py3-none-any.whl
+PYTHONPATH=/workdir/lib python3 -c 'import tinypkg; print("pip", tinypkg.VALUE)'
+python3 -m pip install -q --no-index --disable-pip-version-check --target /workdir/lib no-such-package 2>/dev/null || echo "failed install ok"
+git init -q repo && cd repo && git config user.email s@x && git config user.name s
+echo hi > f && git add f && git commit -qm one && git log --oneline | wc -l | sed 's/^/git /'
+cd /workdir
+python3 -c 'import multiprocessing as m; print("mp", sum(m.Pool(2).map(abs, [-1, -2, -3])))'
+python3 -c 'import threading; t = threading.Thread(target=print, args=("thread",)); t.start(); t.join()'
+head -c 3000000 /dev/urandom > big && cp big big2 && cmp big big2 && echo cp
+tar czf t.tgz big repo && mkdir x && tar xzf t.tgz -C x && echo tar
+python3 -c 'import numpy as np; a = np.arange(1e6); print("numpy", int(a.sum()))'
+mkdir -p tests && printf 'def test_one():\n    assert 1 + 1 == 2\n' > tests/test_a.py
+PYTHONPATH=/workdir/testlibs python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tail -1 | sed 's/^/pytest /' || true
+python3 - <<'PY'
+import ctypes, os, struct, time, threading
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+assert libc.inotify_add_watch(fd, b"/workdir", 0x2 | 0x100) >= 0  # IN_MODIFY | IN_CREATE
+threading.Timer(0.05, lambda: open("/workdir/watched.txt", "w").write("x")).start()
+data = os.read(fd, 4096)
+print("inotify", struct.unpack_from("iIII", data)[1] & 0x100 != 0)
+PY
+cat /proc/self/status | grep -c Seccomp_filters | sed 's/^/filtered /'
+"""
+
+
+def test_honest_work_runs_under_the_filter_and_is_never_flagged(make_sandbox, tmp_path):
+    box = make_sandbox(memory_bytes=1024 * 1024 * 1024, pids=256)
+    (tmp_path / "pkg").mkdir()
+    _wheel(tmp_path / "pkg")
+    box.copy_in(tmp_path / "pkg", "pkg")
+    # pytest for the student to run its own tests with: the harness's own copy (pure Python).
+    libs = tmp_path / "testlibs"
+    for dist in ("pytest", "pluggy", "iniconfig", "packaging", "pygments"):
+        for f in importlib.metadata.distribution(dist).files or ():
+            if f.parts[0].endswith(".dist-info") or "__pycache__" in f.parts or ".." in f.parts:
+                continue
+            target = libs.joinpath(*f.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f.locate(), target)
+    box.copy_in(libs, "testlibs")
+    res = box.run(["/bin/bash", "-c", HONEST], timeout=240)
+    out = res.text
+    assert res.exit_code == 0, (out, res.stderr)
+    for line in ("pip 42", "failed install ok", "git 1", "mp 6", "thread", "cp", "tar", "numpy 499999500000",
+                 "inotify True", "filtered 1"):
+        assert line in out.splitlines(), (line, out)
+    assert "pytest 1 passed" in out, out
+    assert box.syscall_attempts() == []
+
+
+# -- keys of a sandbox uid never outlive it ------------------------------------------------------------
+# Run as the sandbox uid outside any filter (the filter leaves a student no way to make keys):
+# one in each keyring that outlives a process, the user keyring's opened to everyone.
+MAKE_KEYS = SYSCALLS + textwrap.dedent("""
+    serial = add_key("user", "token", -4)
+    keyctl(5, serial, 0x3f3f3f3f)
+    add_key("user-session", "token", -5)
+    persistent = keyctl(22, -1, -2)
+    if persistent > 0:
+        add_key("persistent", "token", persistent)
+    print(serial, persistent)
+""")
+
+
+def make_keys_as(uid: int) -> None:
+    done = subprocess.run(["/usr/bin/python3", "-c", MAKE_KEYS], user=uid, group=uid, extra_groups=[],
+                          capture_output=True, text=True, timeout=30, cwd="/")
+    assert done.returncode == 0 and all(int(serial) > 0 for serial in done.stdout.split()), done
+    assert uid in key_user_ids()
+
+
+def test_no_key_of_the_sandbox_uid_survives_close(confinement):
+    box = Sandbox.create()
+    uid = box.uid
+    make_keys_as(uid)
+    box.close()
+    assert uid not in key_user_ids()
+
+
+HARNESS = """
+import time
+from proctor.sandbox import Sandbox
+box = Sandbox.create()
+print(box.id, box.uid, flush=True)
+time.sleep(1000)
+"""
+
+
+def test_no_key_of_a_crashed_sandboxs_uid_survives_reclaim(confinement):
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        sandbox_id, uid = harness.stdout.readline().split()
+        make_keys_as(int(uid))
+    finally:
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+    time.sleep(0.2)
+    assert sandbox_id in reclaim_stale()
+    assert int(uid) not in key_user_ids()
