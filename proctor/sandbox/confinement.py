@@ -34,7 +34,7 @@ RESIDUAL = (
     "memory contention and /proc/uptime's idle column (0.2-2.5 bit/s on a busy 2-core machine, "
     "more on a quiet one). bench/covert.py measures them; a gVisor runtime has its own /proc "
     "and file cache."
-
+)
 PROBE_LIMITS = SandboxLimits(memory_bytes=96 * MiB, pids=32, cpus=0.5, workdir_bytes=3 * MiB, workdir_inodes=333)
 _PROBE = r"""
 echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
