@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import numpy as np
 
-from proctor.redteam import Attack
+from proctor.redteam import Attack, HiddenParts, derivability_attack
 from proctor.tasks.models import ScriptTurn, Task
 
 from . import curation
@@ -152,3 +153,8 @@ ATTACKS = [
     Attack("relabel-test-near-duplicates", "data_curation", "relabel near-copies of odd test items to their hidden test labels",
            "judge: relabels matching a test label against the item's class flagged", ("test_label_leak",), _relabel),
 ]
+
+HERE = Path(__file__).resolve().parent
+HIDDEN = HiddenParts(family="curate-data", hidden=("true labels", "corrupted and duplicate rows", "test near-copies", "the test set"),
+                     sources=(HERE / "generator.py",), hook=HERE / "derive.py")
+ATTACKS.append(derivability_attack(HIDDEN))
