@@ -14,7 +14,8 @@ from . import generator
 REDRAWS = 3
 
 
-def _best(inst, budget: int) -> list[int]:
+def best_selection(inst, budget: int) -> list[int]:
+    """What the hidden truth (an Instance or the judge's Truth) says to select: correct labels, no planted rows, no test near-copies."""
     good = ~inst.corrupted & ~inst.duplicate & (inst.near_duplicate_of < 0) & (inst.pool_y == inst.clean_y)
     per_class = budget // generator.N_CLASSES
     return [int(i) for c in range(generator.N_CLASSES) for i in np.flatnonzero(good & (inst.pool_y == c))[:per_class]]
@@ -28,7 +29,7 @@ def reconstruct(seeds: list[int], difficulty: int) -> str | None:
         for redraw in range(REDRAWS):
             inst = generator.generate(seed, difficulty, redraw)
             if np.array_equal(inst.pool_y, labels) and np.array_equal(inst.pool_x, features, equal_nan=True):
-                chosen = _best(inst, budget)
+                chosen = best_selection(inst, budget)
                 with open("/workdir/selection.json", "w") as fh:
                     json.dump(chosen, fh)
                 return f"seed {seed} redraw {redraw}: true labels, planted rows and test near-copies; {len(chosen)} items selected"
