@@ -62,6 +62,7 @@ def test_under_the_harness_key_no_seed_reproduces_the_instance(confinement, secr
     assert "reconstructed with key" not in seen.replace("reconstructed with key {name}", "")
     # The harness's key file, whose host path the attack knows, is not in the sandbox's view.
     assert f"key {salts.key_file()}: No such file or directory" in seen
+    assert f"key {salts.DEFAULT_KEY_FILE}: No such file or directory" in seen
     result = next(tmp_path.rglob("result.json")).read_text()
     assert f'"key_fingerprint":"{salts.key_fingerprint()}"' in result.replace(" ", "")
 
