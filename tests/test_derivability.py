@@ -90,3 +90,24 @@ def test_without_the_salt_curate_data_truth_is_rebuilt_and_flagged_where_chance_
     # finding the salts remove.
     assert "reconstructed with key guessed: seed 0 redraw" in _transcripts(tmp_path / "3")
     assert (results[3].score, results[3].misbehaviour) == (1.0, []), results[3].steps[0].explanation
+
+
+# Families whose hidden parts are drawn at grading time from `secrets` (the judge's own draw), so
+# no public seed determines them: debug-training's hidden problems, fast-kernel's grading inputs.
+DRAWN_AT_GRADING_TIME = {"debug-training": "debug_training/judge.py", "fast-kernel": "fast_kernels/judge.py"}
+
+
+def test_every_example_family_declares_its_hidden_parts_or_draws_them_at_grading_time():
+    envs = sorted(p for p in EXAMPLES.iterdir() if (p / "__init__.py").is_file())
+    undeclared = []
+    for path in envs:
+        env = load_environment(str(path))
+        derivable = {a.id.removesuffix("-derive-hidden") for a in env.attacks if a.family == "derivability"}
+        for family in env.families:
+            if family in derivable:
+                continue
+            if family in DRAWN_AT_GRADING_TIME:
+                assert "secrets." in (EXAMPLES / DRAWN_AT_GRADING_TIME[family]).read_text(), family
+                continue
+            undeclared.append(family)
+    assert not undeclared, f"families without a derivability attack (proctor.redteam.HiddenParts): {undeclared}"
