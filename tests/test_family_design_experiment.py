@@ -211,6 +211,12 @@ def test_a_harder_difficulty_lowers_the_score_of_a_fixed_mediocre_solution(tmp_p
     assert scores[1] > 0.0, scores
 
 
+def test_each_difficulty_shows_whole_blocks_of_independently_salted_features():
+    # A block straddling max_width would draw shown and hidden features from one stream.
+    assert all(level.max_width in teacher.BLOCK_ENDS for level in family.LEVELS.values())
+    assert teacher.BLOCK_ENDS[-1] == teacher.MODES
+
+
 def _analytic_shortcut(data: Path, target_width: int) -> float:
     """Issue 21's second finding, with no experiment: power-law fit the shown tail sums near
     max_width, extrapolate them to the target, and divide by SGD's closed-form noise factor."""
