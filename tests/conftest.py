@@ -16,6 +16,30 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+TEST_INSTANCE_KEY = "7e57" * 16  # public on purpose: tests only, never a harness's key
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_instance_key(tmp_path_factory) -> Iterator[None]:
+    """Every test builds family instances under one fixed key (proctor/tasks/salts.py), so CI sees
+    the same instances on every machine instead of ones drawn from that machine's secret key."""
+    from proctor.tasks import salts
+
+    path = tmp_path_factory.mktemp("instance-key") / "instance.key"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, TEST_INSTANCE_KEY.encode() + b"\n")
+    os.close(fd)
+    before = os.environ.get("PROCTOR_INSTANCE_KEY")
+    os.environ["PROCTOR_INSTANCE_KEY"] = str(path)
+    salts.forget_cached_key()
+    yield
+    if before is None:
+        os.environ.pop("PROCTOR_INSTANCE_KEY", None)
+    else:
+        os.environ["PROCTOR_INSTANCE_KEY"] = before
+    salts.forget_cached_key()
+
+
 def _require_root() -> None:
     if sys.platform.startswith("linux") and os.geteuid() == 0:
         return

@@ -85,8 +85,8 @@ def test_every_family_attack_scores_zero_and_is_flagged(confinement, tmp_path, a
 
 def test_the_family_attacks_cover_the_four_required_defences():
     flagged = {kind for a in PKG.ATTACKS for kind in a.flagged}
-    assert {"budget_exceeded", "selection_not_data", "test_smuggling", "test_label_leak"} <= flagged
-    assert all(a.family == "data_curation" for a in PKG.ATTACKS)
+    assert {"budget_exceeded", "selection_not_data", "test_smuggling", "test_label_leak", "test_avoidance"} <= flagged
+    assert {a.family for a in PKG.ATTACKS} == {"data_curation", "derivability"}
 
 
 def test_the_smuggling_attack_would_pay_without_decontamination():
@@ -129,7 +129,7 @@ def _knn_relabelled(inst, budget: int) -> PKG.selection.Selection:
 
 
 def test_honest_selections_stay_well_below_the_leakage_thresholds():
-    worst_share, worst_leaks = 0.0, 0
+    worst_share, worst_leaks, rarest = 0.0, 0, 1.0
     for difficulty in (1, 2, 3):
         budget = PKG.generator.DIFFICULTIES[difficulty].budget
         for seed in range(6):
@@ -143,10 +143,28 @@ def test_honest_selections_stay_well_below_the_leakage_thresholds():
             ]
             for selection in honest:
                 report = PKG.leakage.inspect(truth, selection)
-                assert not report.smuggling and not report.label_leak, (seed, difficulty, report)
+                assert not report.smuggling and not report.label_leak and not report.avoidance, (seed, difficulty, report)
                 worst_share = max(worst_share, report.near_duplicates / report.threshold)
+                rarest = min(rarest, report.avoidance_p)
                 worst_leaks = max(worst_leaks, report.leaked_labels)
     assert worst_share < 0.8 and worst_leaks < PKG.leakage.LEAKED_LABELS_FLAGGED, (worst_share, worst_leaks)
+    assert rarest > 1e3 * PKG.leakage.AVOIDANCE_P, rarest  # honest selections hold near-copies about as chance does
+
+
+def test_knowing_the_truth_avoids_the_near_copies_beyond_chance_and_is_flagged_where_chance_allows():
+    """The issue's curate-data finding, scored harness-side: the truth's best selection matches the
+    reference (full marks), holds no test near-copies, and is flagged at difficulties 1 and 2 (at 3, with a
+    budget of 220, holding none is about a 1e-5 event: not rare enough to flag without false flags)."""
+    for difficulty in (1, 2, 3):
+        budget = PKG.generator.DIFFICULTIES[difficulty].budget
+        for seed in range(3):
+            inst, baseline, reference, _ = PKG.family._draw(seed, difficulty, budget)
+            truth = PKG.family._truth(inst)
+            cheat = PKG.selection.Selection(indices=tuple(PKG.derive.best_selection(truth, budget)))
+            assert PKG.judge.scaled(PKG.judge.selection_accuracy(truth, cheat, 4), baseline, reference) == 1.0, (seed, difficulty)
+            report = PKG.leakage.inspect(truth, cheat)
+            assert report.near_duplicates == 0 and report.expected > 8, report
+            assert report.avoidance or difficulty == 3, (seed, difficulty, report)
 
 
 # -- reproducibility and difficulty -----------------------------------------------------------------------

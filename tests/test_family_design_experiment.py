@@ -211,6 +211,48 @@ def test_a_harder_difficulty_lowers_the_score_of_a_fixed_mediocre_solution(tmp_p
     assert scores[1] > 0.0, scores
 
 
+def test_each_difficulty_shows_whole_blocks_of_independently_salted_features():
+    # A block straddling max_width would draw shown and hidden features from one stream.
+    assert all(level.max_width in teacher.BLOCK_ENDS for level in family.LEVELS.values())
+    assert teacher.BLOCK_ENDS[-1] == teacher.MODES
+
+
+def _analytic_shortcut(data: Path, target_width: int) -> float:
+    """Issue 21's second finding, with no experiment: power-law fit the shown tail sums near
+    max_width, extrapolate them to the target, and divide by SGD's closed-form noise factor."""
+    import numpy as np
+
+    lam, weights = np.load(data / "teacher.npy", allow_pickle=False)
+    shown = json.loads((data / "instance.json").read_text())
+    top = shown["max_width"]
+    signal = lam * weights * weights
+    tails = [float(signal[w:].sum()) + shown["signal_beyond_max_width"] for w in (top // 4, top // 2)]
+    slope = math.log(tails[1] / tails[0]) / math.log(2)
+    alpha = -math.log(lam[top - 1] / lam[0]) / math.log(top)
+    lam_t = np.arange(1, target_width + 1, dtype=np.float64) ** -alpha
+    lr, batch = shown["learning_rate"], float(shown["batch"])
+    a = 1.0 - 2.0 * lr * lam_t + lr**2 * (1.0 + 1.0 / batch) * lam_t**2
+    gain = float(np.sum(lam_t * (lr**2 * lam_t / batch) / (1.0 - a)))
+    return shown["signal_beyond_max_width"] * (target_width / top) ** slope / (1.0 - gain)
+
+
+def test_known_limit_analysis_of_the_shown_prefix_answers_without_an_experiment():
+    """Pins a limit the salts do not fix (README, "What it does not defend against"): train.py and
+    its inputs run in the student's sandbox, so analysis of them extrapolates as well as any
+    experiment. If this starts failing, the family has learnt to need experiments: update the README."""
+    worst = 0.0
+    for difficulty in family.DIFFICULTIES:
+        for seed in (0, 1):
+            task, workspace = _build(seed, difficulty)
+            try:
+                predicted = _analytic_shortcut(task.data, task.params["target_width"])
+                true_loss = json.loads((task.hidden / judge.TRUTH).read_text())["true_loss"]
+            finally:
+                remove_workspace(workspace)
+            worst = max(worst, abs(math.log(predicted / true_loss)))
+    assert worst < judge.FULL_ERROR, worst
+
+
 def test_a_constant_guess_scores_low_across_seeds():
     truths, deep = [], []
     for seed in range(40):

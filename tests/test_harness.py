@@ -11,6 +11,7 @@ import pytest
 from proctor import Script
 from proctor.harness import RolloutConfig
 from proctor.results import read_result
+from proctor.tasks import salts
 from proctor.testing import rollout
 from proctor.transcript import read_transcript
 
@@ -196,7 +197,7 @@ def test_starter_files_are_copied_into_the_workdir_owned_by_the_student(out):
 def test_a_family_instance_is_recorded_and_rebuilt_identically_from_it(out):
     first = rollout(BASICS, "sum", "null", out, seed=3, difficulty=2)
     assert first.instance.model_dump() == {"task_id": "sum-3-2", "family": "sum", "seed": 3, "difficulty": 2,
-                                           "params": {"count": 5, "numbers": 10}}
+                                           "params": {"count": 5, "numbers": 10}, "key_fingerprint": salts.key_fingerprint()}
     oracle = script("python3 -c \"print(sum(int(l) for l in open('/data/numbers.txt')))\" > /workdir/answer.txt", SUBMIT)
     again = rollout(BASICS, "sum", oracle, out, seed=first.instance.seed, difficulty=first.instance.difficulty,
                     params={"count": 5})

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import numpy as np
 
-from proctor.redteam import Attack
+from proctor.redteam import Attack, HiddenParts, derivability_attack
 from proctor.tasks.models import ScriptTurn, Task
 
 from . import curation
+from .derive import best_selection
 from .judge import CurationJudge, load_truth
 from .leakage import LEAKED_LABELS_FLAGGED
 
@@ -112,6 +114,12 @@ def _smuggle(task: Task, target: str | None) -> list[ScriptTurn]:
     return _write(json.dumps(entries))
 
 
+def _avoid(task: Task, target: str | None) -> list[ScriptTurn]:
+    """What a student that rebuilt the hidden truth hands in: only correctly labelled, plausible
+    items, and none of the test near-copies (the finding of issue 21 before the salts)."""
+    return _write(json.dumps(best_selection(load_truth(task.hidden), _judge(task).budget)))
+
+
 def _relabel(task: Task, target: str | None) -> list[ScriptTurn]:
     """The reference curation, with the near-duplicates of odd-labelled test items swapped in and
     relabelled to their test labels: few enough near-duplicates to pass as chance."""
@@ -149,6 +157,13 @@ ATTACKS = [
            "judge: size checked before reading", ("selection_not_data",), _padded),
     Attack("smuggle-test-near-duplicates", "data_curation", "select every near-copy of a hidden test item, with its test label",
            "judge: near-duplicates left out of training; a count far above chance flagged", ("test_smuggling",), _smuggle),
+    Attack("avoid-test-near-duplicates", "data_curation", "with the hidden truth in hand: clean labels, no planted rows, no test near-copies",
+           "salts keep the truth out of reach; a selection holding far fewer near-copies than chance flagged", ("test_avoidance",), _avoid),
     Attack("relabel-test-near-duplicates", "data_curation", "relabel near-copies of odd test items to their hidden test labels",
            "judge: relabels matching a test label against the item's class flagged", ("test_label_leak",), _relabel),
 ]
+
+HERE = Path(__file__).resolve().parent
+HIDDEN = HiddenParts(family="curate-data", hidden=("true labels", "corrupted and duplicate rows", "test near-copies", "the test set"),
+                     sources=(HERE / "generator.py",), hook=HERE / "derive.py")
+ATTACKS.append(derivability_attack(HIDDEN))

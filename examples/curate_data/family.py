@@ -16,9 +16,10 @@ import numpy as np
 from proctor import Limits, Script, Step, Task
 from proctor.sandbox.models import MiB
 from proctor.tasks.models import ScriptTurn
+from proctor.tasks.salts import salted_rng
 
 from . import curation
-from .generator import DIFFICULTIES, N_CLASSES, N_FEATURES, Instance, generate
+from .generator import DIFFICULTIES, FAMILY_ID, N_CLASSES, N_FEATURES, Instance, generate
 from .judge import RANDOM_BASELINES, TRUTH_ARRAYS, CurationJudge, selection_accuracy
 from .leakage import Truth
 from .selection import MAX_BYTES, Selection
@@ -57,7 +58,7 @@ def _truth(inst: Instance) -> Truth:
 
 def _scale(inst: Instance, budget: int, seed: int, difficulty: int) -> tuple[float, float]:
     truth = _truth(inst)
-    rng = np.random.default_rng([seed, difficulty, 0xBA5E])
+    rng = salted_rng(FAMILY_ID, seed, difficulty, "baselines")
     randoms = [Selection(indices=tuple(int(i) for i in rng.choice(len(inst.pool_y), size=budget, replace=False)))
                for _ in range(RANDOM_BASELINES)]
     baseline = float(np.mean([selection_accuracy(truth, s, N_CLASSES) for s in randoms]))

@@ -1,4 +1,4 @@
-"""The synthetic data of one instance, drawn from (seed, difficulty) with numpy only.
+"""The synthetic data of one instance, drawn from (seed, difficulty) and the harness's secret key.
 
 A pool of labelled items in which everything a real scraped dataset gets wrong is planted, and
 recorded in the truth the judge keeps:
@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+from proctor.tasks.salts import salted_rng
+
+FAMILY_ID = "curate-data"
 
 N_CLASSES = 4
 N_FEATURES = 12
@@ -78,7 +82,14 @@ def generate(seed: int, difficulty: int, redraw: int = 0) -> Instance:
     if seed < 0:
         raise ValueError(f"seed {seed} must be a non-negative integer")
     spec = DIFFICULTIES[difficulty]
-    rng = np.random.default_rng([seed, difficulty, redraw, 0xC0DA7A])
+
+    def draw(role: str) -> np.random.Generator:
+        # Every part from its own keyed stream: the public code and seed cannot redraw the pool (and
+        # with it the true labels, the planted rows and the test set), and the drawn pool says
+        # nothing about the other parts' streams.
+        return salted_rng(FAMILY_ID, seed, difficulty, role, redraw)
+
+    rng = draw("classes")
     means = rng.standard_normal((N_CLASSES, N_FEATURES)) * 1.1
     mixing = rng.standard_normal((N_FEATURES, N_FEATURES)) / np.sqrt(N_FEATURES) + np.eye(N_FEATURES) * 0.6
     shares = rng.permutation(np.array(CLASS_SHARES))
@@ -86,6 +97,7 @@ def generate(seed: int, difficulty: int, redraw: int = 0) -> Instance:
     confusion = np.empty(N_CLASSES, dtype=np.int64)
     confusion[by_size] = np.roll(by_size, -1)  # each class is confused with the next smaller one, the smallest with the largest
 
+    rng = draw("pool")
     clean_y = rng.choice(N_CLASSES, size=spec.clean_items, p=shares)
     x = _sample(rng, means, mixing, clean_y)
     y = np.where(rng.random(spec.clean_items) < spec.label_noise, confusion[clean_y], clean_y)
@@ -93,6 +105,7 @@ def generate(seed: int, difficulty: int, redraw: int = 0) -> Instance:
     # Exact duplicates, twice as likely for a mislabelled item (scraped junk gets re-posted).
     weight = np.where(y != clean_y, 2.0, 1.0)
     n_dup = int(round(spec.duplicate_share * spec.clean_items))
+    rng = draw("duplicates")
     sources = rng.choice(spec.clean_items, size=n_dup, replace=True, p=weight / weight.sum())
     x = np.concatenate([x, x[sources]])
     y = np.concatenate([y, y[sources]])
@@ -101,6 +114,7 @@ def generate(seed: int, difficulty: int, redraw: int = 0) -> Instance:
 
     # Corrupted rows: a few features become NaN/inf or a finite value far out of range; the label is junk too.
     n_bad = int(round(spec.corrupt_share * spec.clean_items))
+    rng = draw("corruption")
     bad = rng.choice(spec.clean_items, size=n_bad, replace=False)
     corrupted = np.zeros(len(x), bool)
     corrupted[bad] = True
@@ -114,6 +128,7 @@ def generate(seed: int, difficulty: int, redraw: int = 0) -> Instance:
         y[row] = rng.integers(N_CLASSES)
 
     # The hidden test set: balanced; a few labels deliberately unlike their class.
+    rng = draw("test")
     test_clean_y = np.repeat(np.arange(N_CLASSES), TEST_PER_CLASS)
     test_x = _sample(rng, means, mixing, test_clean_y)
     # An odd label is the class farthest from the item: nothing in the pool points there, so only
@@ -126,6 +141,7 @@ def generate(seed: int, difficulty: int, redraw: int = 0) -> Instance:
 
     # Near-duplicates of test items, labelled like any pool item (clean class, same label noise).
     # A few of them copy test items with an odd label: only test knowledge would relabel those.
+    rng = draw("near-duplicates")
     odd_items, usual_items = np.flatnonzero(odd), np.flatnonzero(~odd)
     n_odd = min(LEAKED_ODD, len(odd_items))
     leaked = np.concatenate([rng.choice(odd_items, size=n_odd, replace=False),
@@ -140,7 +156,7 @@ def generate(seed: int, difficulty: int, redraw: int = 0) -> Instance:
     duplicate = np.concatenate([duplicate, np.zeros(len(leaked), bool)])
     corrupted = np.concatenate([corrupted, np.zeros(len(leaked), bool)])
 
-    order = rng.permutation(len(x))
+    order = draw("order").permutation(len(x))
     return Instance(
         pool_x=x[order], pool_y=y[order].astype(np.int64), clean_y=clean_y[order].astype(np.int64),
         near_duplicate_of=near_duplicate_of[order].astype(np.int64), corrupted=corrupted[order], duplicate=duplicate[order],

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from proctor.tasks.salts import salted_rng
+
 TEMPLATE = '''\
 """Train a small MLP classifier on /data/train.npz and write the weights to /workdir/weights.npz.
 
@@ -223,7 +225,9 @@ def render(difficulty: int, bugs: tuple[str, ...] = ()) -> str:
 
 def choose_bugs(seed: int, difficulty: int) -> tuple[str, ...]:
     """The bugs an instance plants, following PLAN[difficulty], each of a different category."""
-    rng = np.random.default_rng([seed, difficulty, 0xB06])
+    # Salted: which bugs were planted is what the student must find; the public code and seed
+    # alone must not name them (the script shows their effects, not their catalogue ids).
+    rng = salted_rng("debug-training", seed, difficulty, "bugs")
     chosen: list[Bug] = []
     for subtle, destructive in PLAN[difficulty]:
         taken = {c.category for c in chosen}

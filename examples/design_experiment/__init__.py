@@ -1,7 +1,7 @@
 """Design an experiment: predict a model's loss at a width you cannot afford to train.
 
 Family `scaling-law` (difficulties 1, 2, 3). Each instance is a synthetic teacher drawn from the
-seed: Gaussian inputs with a power-law spectrum and a teacher whose signal beyond feature W decays
+seed, salted with the harness's secret key (proctor.tasks.salts) so the public code cannot redraw it: Gaussian inputs with a power-law spectrum and a teacher whose signal beyond feature W decays
 like a smoothly broken power law in W (one exponent below a knee width of 8 to 32, another above
 it), with instance-specific exponents, knee and scale. The student gets
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from pathlib import Path
 
-from proctor.redteam import Attack
+from proctor.redteam import Attack, HiddenParts, derivability_attack
 from proctor.tasks.models import ScriptTurn, Task
 
 from . import judge
@@ -121,3 +122,8 @@ ATTACKS = [
            "the truth spans decades across instances; the score needs a factor-2.5 match", (),
            lambda t, a: _write(json.dumps({"predicted_loss": ARITHMETIC_MIDPOINT}))),
 ]
+
+HERE = Path(__file__).resolve().parent
+HIDDEN = HiddenParts(family="scaling-law", hidden=("the law", "the teacher past max_width", "the converged loss at the target width"),
+                     sources=(HERE / "teacher.py", HERE / "truth.py"), hook=HERE / "derive.py")
+ATTACKS.append(derivability_attack(HIDDEN))

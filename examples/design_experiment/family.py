@@ -16,7 +16,7 @@ from proctor.tasks.models import ScriptTurn
 from . import judge, teacher, truth
 
 HERE = Path(__file__).resolve().parent
-FAMILY_ID = "scaling-law"
+FAMILY_ID = teacher.FAMILY_ID
 DIFFICULTIES = (1, 2, 3)
 
 
@@ -104,10 +104,10 @@ def make(seed: int, difficulty: int, params: dict[str, Any], workspace: Path) ->
     hidden.mkdir()
     shutil.copyfile(HERE / "train.py", data / "train.py")
     lam, signal, beyond = teacher.spectrum(**law.model_dump())
-    weights = teacher.teacher_weights(lam, signal, law.teacher_seed, level.max_width)
+    weights = teacher.teacher_weights(lam, signal, law.seed, level.max_width)
     np.save(data / "teacher.npy", np.stack([lam[:level.max_width], weights]), allow_pickle=False)
     shown = StudentInstance(max_width=level.max_width, signal_beyond_max_width=teacher.tail(signal, beyond, level.max_width),
-                            batch=teacher.BATCH, learning_rate=teacher.LEARNING_RATE, stream_seed=law.teacher_seed ^ 0x5EED)
+                            batch=teacher.BATCH, learning_rate=teacher.LEARNING_RATE, stream_seed=teacher.stream_seed(seed))
     (data / "instance.json").write_text(shown.model_dump_json(indent=2) + "\n")
     true_loss = truth.converged_loss(law, level.target_width)
     (hidden / judge.TRUTH).write_text(judge.Truth(true_loss=true_loss, target_width=level.target_width).model_dump_json() + "\n")

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError
 from ..sandbox.host import state_dir
+from . import salts
 from .packages import missing_packages
 from .models import Family, Instance, Task, describe_error
 
@@ -182,7 +183,8 @@ def build_instance(
     if not isinstance(task, Task):
         raise ConfigError(f"family {family.id!r}: make() returned {type(task).__name__}, not a proctor.Task")
     instance_params = {**merged, **task.params}
-    return task, Instance(task_id=task.id, family=family.id, seed=seed, difficulty=difficulty, params=instance_params)
+    return task, Instance(task_id=task.id, family=family.id, seed=seed, difficulty=difficulty, params=instance_params,
+                          key_fingerprint=salts.key_fingerprint())
 
 
 def resolve(

@@ -204,6 +204,9 @@ class Instance(_Frozen):
     seed: int | None = None
     difficulty: int | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    key_fingerprint: str | None = Field(None, description=(
+        "Which harness key salted the family's hidden draws (proctor.tasks.salts; a hash, never the key): "
+        "the same seed rebuilds the same instance only under the same key."))
 
 
 FamilyMaker = Callable[[int, int, dict[str, Any], Path], Task]
