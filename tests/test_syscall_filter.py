@@ -229,15 +229,29 @@ int main(void) {
 """
 
 
-def test_the_32_bit_syscall_abi_cannot_go_around_the_filter(make_sandbox, tmp_path):
-    src = tmp_path / "i386.c"
-    src.write_text(I386_ADD_KEY)
+X32_KEYCTL = r"""
+#include <stdio.h>
+int main(void) {
+    long r;
+    /* keyctl (250) with the x32 bit: the x32 ABI, from a 64-bit process. */
+    __asm__ volatile ("syscall" : "=a"(r) : "a"(0x40000000L | 250L), "D"(0L) : "rcx", "r11", "memory");
+    printf("%ld\n", r);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("source, name", [(I386_ADD_KEY, "32-bit (int 0x80) syscall 286"), (X32_KEYCTL, "x32 syscall 250")])
+def test_the_32_bit_and_x32_abis_cannot_go_around_the_filter_unrecorded(make_sandbox, tmp_path, source, name):
+    src = tmp_path / "abi.c"
+    src.write_text(source)
     (tmp_path / "bin").mkdir()
-    subprocess.run(["gcc", "-O0", "-o", str(tmp_path / "bin" / "i386"), str(src)], check=True)
+    subprocess.run(["gcc", "-O0", "-o", str(tmp_path / "bin" / "abi"), str(src)], check=True)
     box = make_sandbox()
     box.copy_in(tmp_path / "bin", "bin")
-    res = box.run(["/workdir/bin/i386"], timeout=20)
-    assert res.signal == signal.SIGSYS and res.stdout == b"", res
+    res = box.run(["/workdir/bin/abi"], timeout=20)
+    assert res.exit_code == 0 and res.text.strip() == str(-errno.ENOSYS), res
+    assert recorded(box) == [name]
 
 
 # -- honest work -------------------------------------------------------------------------------------

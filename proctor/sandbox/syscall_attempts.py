@@ -126,18 +126,17 @@ class SyscallRecorder:
             fcntl.ioctl(listener, _IOC_RECV, buf)
         except OSError:
             return  # ENOENT: the caller was killed between poll and receive
-        notif_id, pid, _flags, nr, _arch, _ip, *args = _NOTIF.unpack(buf)
+        notif_id, pid, _flags, nr, arch, _ip, *args = _NOTIF.unpack(buf)
         try:
-            self._record(nr, pid, tuple(args))
+            self._record(syscall_name(nr, arch), pid, tuple(args))
         finally:
-            resp = bytearray(_RESP.pack(notif_id, 0, -flagged_errno(nr), 0))
+            resp = bytearray(_RESP.pack(notif_id, 0, -flagged_errno(nr, arch), 0))
             try:
                 fcntl.ioctl(listener, _IOC_SEND, resp)
             except OSError:
                 pass  # the caller died meanwhile
 
-    def _record(self, nr: int, pid: int, args: tuple[int, ...]) -> None:
-        name = syscall_name(nr)
+    def _record(self, name: str, pid: int, args: tuple[int, ...]) -> None:
         with self._lock:
             seen = self._attempts.get(name)
             if seen is not None:
