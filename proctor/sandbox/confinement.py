@@ -28,7 +28,12 @@ DEFAULT_REQUIRED = (
 RESIDUAL = (
     "the page cache of the read-only files the overlays share with the host and other sandboxes "
     "(a sender reads a cold page, a receiver times its first read: 2 us cached against 60-100 us "
-    "from disk; 1,000-6,600 bit/s, at most 4 errors in 256 bits, each cold page usable once); the "
+    "from disk; 1,000-6,600 bit/s, at most 4 errors in 256 bits, reusable: a sender that fills its own "
+    "memory limit evicts shared pages); "
+    "futexes on a shared file mapping (the kernel keys them on the real file, which the overlays pass "
+    "through: 3,700-4,200 bit/s between live sandboxes, no errors) and /proc/self/pagemap's "
+    "exclusively-mapped bit on such pages (hundreds of kbit/s); the host-wide pipe/socket inode "
+    "counter (about 5 bit/s); the "
     "host-wide TCP socket count and socket memory in /proc/net/sockstat (a per-process directory "
     "that cannot be bound over: 80 bit/s without error, above 250 bit/s with errors); CPU and "
     "memory contention and /proc/uptime's idle column (0.2-2.5 bit/s on a busy 2-core machine, "
