@@ -70,7 +70,11 @@ def draw_law(seed: int) -> Law:
     # The law depends on the seed only (difficulty 0 in the salt), so the same teacher at a higher
     # difficulty is the same question asked further out. Salted: the public code and seed alone
     # cannot redraw it (a student re-running this function over its seed would read the answer).
-    rng = salted_rng(FAMILY_ID, seed, 0, "law")
+    return law_from(salted_rng(FAMILY_ID, seed, 0, "law"), seed)
+
+
+def law_from(rng: np.random.Generator, seed: int) -> Law:
+    """The law's prior: public, so a student can sample it (the red team's prior-median guess does)."""
     outer = float(rng.uniform(0.3, 0.8))
     bend = float(rng.uniform(0.15, 0.35)) * (1.0 if rng.random() < 0.5 else -1.0)
     return Law(alpha=round(float(rng.uniform(1.3, 1.6)), 6), inner=round(min(1.2, max(0.1, outer + bend)), 6),
