@@ -82,7 +82,8 @@ returns its loss:
     width=64 steps=4000 seed=0 final_loss=... mean_loss_last_quarter=... cpu_s=...
 
 Widths go from 1 to {level.max_width}. /data/train.py is the program it runs (read it to see what a
-run computes); /data/instance.json lists the instance's settings. Each run is also appended to
+run computes), outside your sandbox, on the teacher's teacher.npy and train.json, which you cannot
+see; /data/instance.json lists the instance's settings. Each run is also appended to
 /workdir/train_runs.jsonl. As the steps grow, the loss of a given width settles at a converged
 value (up to SGD noise).
 
