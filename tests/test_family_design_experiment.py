@@ -278,28 +278,22 @@ def test_each_difficulty_shows_whole_blocks_of_independently_salted_features():
     assert teacher.BLOCK_ENDS[-1] == teacher.MODES
 
 
-def _prefix_analysis(teacher_dir: Path, target_width: int) -> float:
-    """Issue 21's analytic shortcut, which needs the teacher: power-law fit the teacher's tail sums
-    near max_width, extrapolate them to the target, and divide by SGD's closed-form noise factor."""
-    import numpy as np
-
-    lam, weights = np.load(teacher_dir / "teacher.npy", allow_pickle=False)
-    inputs = json.loads((teacher_dir / train_tool.TRAIN_INPUTS).read_text())
-    top, beyond = inputs["max_width"], inputs["signal_beyond_max_width"]
-    signal = lam * weights * weights
-    tails = [float(signal[w:].sum()) + beyond for w in (top // 4, top // 2)]
-    slope = math.log(tails[1] / tails[0]) / math.log(2)
-    alpha = -math.log(lam[top - 1] / lam[0]) / math.log(top)
-    gain = truth.noise_gain(np.arange(1, target_width + 1, dtype=np.float64) ** -alpha)
-    return beyond * (target_width / top) ** slope / (1.0 - gain)
+def _prefix_analysis(teacher_dir: Path, tmp_path: Path) -> float:
+    """The scaling-analyse-teacher attack's program, run outside the sandbox on the hidden teacher."""
+    attacks = import_module(f"{env.__name__}.attacks")
+    out = tmp_path / "answer.json"
+    subprocess.run([str(STUDENT_PYTHON), "-c", attacks.PREFIX_ANALYSIS, str(out), str(teacher_dir)],
+                   capture_output=True, timeout=120, check=True)
+    return json.loads(out.read_text())["predicted_loss"]
 
 
-def test_without_experiments_the_best_analytic_guess_scores_clearly_below_the_oracle():
+def test_without_experiments_the_best_analytic_guess_scores_clearly_below_the_oracle(tmp_path):
     """Issue 21: the task must need its experiments. With the teacher in /data, analysing it
     answered every difficulty better than the oracle's experiments (kept below as the control: on
     the hidden teacher it still does). With the teacher hidden, the best guess from what the
     student sees (the public prior over laws, /data/instance.json) averages about 0.1 against the
-    oracle's 1 (test_the_oracle_scores_...)."""
+    oracle's 1 (test_the_oracle_scores_...). In the sandbox the same analysis finds no teacher
+    (attack scaling-analyse-teacher)."""
     seeds = range(24)
     for difficulty in family.DIFFICULTIES:
         level = family.LEVELS[difficulty]
@@ -311,7 +305,7 @@ def test_without_experiments_the_best_analytic_guess_scores_clearly_below_the_or
         try:
             assert not (task.data / "teacher.npy").exists() and "signal" not in (task.data / "instance.json").read_text()
             true_loss = json.loads((task.hidden / judge.TRUTH).read_text())["true_loss"]
-            control = _prefix_analysis(task.hidden, task.params["target_width"])
+            control = _prefix_analysis(task.hidden, tmp_path)
         finally:
             remove_workspace(workspace)
         assert judge.score_for(control, true_loss) == 1.0, difficulty  # what hiding the teacher takes away

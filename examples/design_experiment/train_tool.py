@@ -81,13 +81,15 @@ def _cpu_of(pid: int) -> float:
 def run_metered(argv: list[str], cpu_left_s: float, wall_s: float) -> Run:
     """Run a trusted program, killed once it has used `cpu_left_s` CPU-seconds or `wall_s` seconds."""
     hard = max(1, math.ceil(cpu_left_s) + 1)
-
-    def limit() -> None:  # the kernel's backstop, should polling be starved
-        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
-
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, preexec_fn=limit,
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                 env={"PATH": "/usr/bin:/bin", **_ONE_THREAD}, start_new_session=True)
+        # The kernel's backstop, should polling be starved (set from outside: rollouts run in
+        # threads, where a preexec_fn is unsafe).
+        try:
+            resource.prlimit(proc.pid, resource.RLIMIT_CPU, (hard, hard))
+        except (ProcessLookupError, PermissionError):
+            pass  # already gone; polling and wait4 still account for it
         deadline, over, timed_out = time.monotonic() + wall_s, False, False
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
