@@ -200,8 +200,11 @@ def test_the_train_tool_meters_cpu_time_and_refuses_once_the_budget_is_spent(san
         assert "CPU-seconds used in 1 run(s)" in ok.output
         logged = sandbox.run(["cat", "/workdir/train_runs.jsonl"], timeout=10)
         assert json.loads(logged.stdout)["width"] == 16 and logged.stdout.count(b"\n") == 1
-        # The student's file: it owns it, it is no path the harness follows.
-        assert sandbox.run(["sh", "-c", "rm /workdir/train_runs.jsonl"], timeout=10).exit_code == 0
+        # The student's file: it owns it, it is no path the harness follows. A log it cannot
+        # append to costs the note, not the run.
+        assert sandbox.run(["sh", "-c", "rm /workdir/train_runs.jsonl && mkdir /workdir/train_runs.jsonl"], timeout=10).exit_code == 0
+        unlogged = train(width=4, steps=100)
+        assert unlogged.error is None and "[not appended to /workdir/train_runs.jsonl:" in unlogged.output, unlogged
         for bad, field in (({"width": 513, "steps": 10}, "between 1 and 512"), ({"width": 8, "steps": 0}, "steps"),
                            ({"width": 8, "steps": 10, "teacher_dir": "/"}, "teacher_dir"), ({"width": "8", "steps": 10}, "width")):
             refused = train(**bad)
@@ -211,7 +214,7 @@ def test_the_train_tool_meters_cpu_time_and_refuses_once_the_budget_is_spent(san
         assert "run stopped: it used the rest of the budget" in stopped.error, stopped
         assert time.monotonic() - started < 10
         after = train(width=8, steps=10)
-        assert after.error.startswith("train: refused: the experiment budget: 1.50 of 1.5 CPU-seconds used in 2 run(s)"), after
+        assert after.error.startswith("train: refused: the experiment budget: 1.50 of 1.5 CPU-seconds used in 3 run(s)"), after
 
 
 def test_a_train_call_stops_at_the_calls_wall_time_limit(sandbox, tmp_path):

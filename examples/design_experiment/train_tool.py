@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from proctor.errors import SandboxError
 from proctor.tools import Arguments, Tool, ToolContext, ToolResult, register_tool
 
 HERE = Path(__file__).resolve().parent
@@ -150,6 +151,15 @@ class TrainTool(Tool):
             return ToolResult.failure(f"train: {reason}", started=started)
         line = run.stdout.strip()
         record = {"width": args.width, "steps": args.steps, "seed": args.seed, "output": line, "cpu_s": round(run.cpu_s, 3)}
-        ctx.sandbox.run(["/bin/sh", "-c", f"cat >> {LOG}"], input=(json.dumps(record) + "\n").encode(), timeout=10)
-        return ToolResult(output=f"{line} cpu_s={run.cpu_s:.2f}\n[{meter.summary()}]", exit_code=0,
+        note = ""
+        try:
+            logged = ctx.sandbox.run(["/bin/sh", "-c", f"cat >> {LOG}"], input=(json.dumps(record) + "\n").encode(), timeout=10)
+            if logged.exit_code != 0:
+                note = f"\n[not appended to {LOG}: {logged.stderr.decode(errors='replace').strip()[:200] or 'the write failed'}]"
+        except SandboxError as exc:
+            # The run itself succeeded and was charged: the student's sandbox state (full disk,
+            # no processes left) must not turn it into the harness's failure. A dead sandbox
+            # surfaces at the next call that needs it.
+            note = f"\n[not appended to {LOG}: {str(exc)[:200]}]"
+        return ToolResult(output=f"{line} cpu_s={run.cpu_s:.2f}\n[{meter.summary()}]{note}", exit_code=0,
                           duration_s=time.monotonic() - started)
