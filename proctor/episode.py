@@ -431,7 +431,7 @@ class Episode:
         self._step_t0 = time.monotonic()
         self.step_deadline = policies.step_deadline(self._step_t0, task.limits, self.deadline)
         self._base_tool_config = policies.tool_config(task.limits)
-        self._ctx = ToolContext(box, self._base_tool_config)
+        self._ctx = ToolContext(box, self._base_tool_config, hidden=task.hidden)
         self._answer = self._last_text = None
         self._pending = [Observation(kind="instructions", text=step.instructions)]
         self._end_if_out_of_limits()

@@ -11,6 +11,7 @@ import os
 import struct
 import subprocess
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from importlib import import_module
 from pathlib import Path
@@ -34,6 +35,8 @@ family = import_module(f"{env.__name__}.family")
 judge = import_module(f"{env.__name__}.judge")
 teacher = import_module(f"{env.__name__}.teacher")
 truth = import_module(f"{env.__name__}.truth")
+train_tool = import_module(f"{env.__name__}.train_tool")
+shortcut = import_module(f"{env.__name__}.shortcut")
 
 
 def _build(seed: int, difficulty: int):
@@ -50,14 +53,10 @@ def _rollouts(jobs, tmp_path):
         return list(pool.map(one, jobs))
 
 
-def _experiment(*args: str):
-    """The reference experiment with other settings: a fixed, mediocre solution when cut down."""
-    program = (ENV / "oracle_experiment.py").read_text()
-    return lambda target: Script(name="mediocre", turns=[
-        ScriptTurn(tool="write_file", arguments={"path": "/workdir/experiment.py", "content": program}),
-        ScriptTurn(tool="bash", arguments={"command": f"python3 /workdir/experiment.py all {target} {' '.join(args)}", "timeout": 20}),
-        ScriptTurn(tool="submit", arguments={}),
-    ])
+def _train(task, width: int, steps: int, seed: int = 0) -> str:
+    """train.py run on the instance's hidden teacher, as the train tool runs it."""
+    return subprocess.run([str(STUDENT_PYTHON), str(task.data / "train.py"), "--teacher-dir", str(task.hidden), "--width", str(width),
+                           "--steps", str(steps), "--seed", str(seed)], capture_output=True, text=True, timeout=120, check=True).stdout
 
 
 # -- the validity gate ------------------------------------------------------------------------------
@@ -124,12 +123,13 @@ def test_the_ground_truth_is_only_in_the_hidden_dir():
     try:
         true_loss = json.loads((task.hidden / judge.TRUTH).read_text())["true_loss"]
         shown = {p.name: p.read_bytes() for p in task.data.iterdir()}
-        assert set(shown) == {"train.py", "teacher.npy", "instance.json"}
+        assert set(shown) == {"train.py", "instance.json"}  # the program, not its teacher
         for digits in (f"{true_loss:.6g}", f"{true_loss:.4e}", repr(true_loss)):
             assert not any(digits.encode() in blob for blob in shown.values())
         assert not any(struct.pack("<d", true_loss) in blob for blob in shown.values())  # nor as raw float64
-        # No law parameters: the tail past max_width, which decides the answer, is never shipped.
-        assert set(json.loads(shown["instance.json"])) == {"max_width", "signal_beyond_max_width", "batch", "learning_rate", "stream_seed"}
+        # No teacher and no law parameters: nothing in /data is a function of the teacher.
+        assert set(json.loads(shown["instance.json"])) == {"max_width", "target_width", "batch", "learning_rate", "cpu_budget_s", "stream_seed"}
+        assert {p.name for p in task.hidden.iterdir()} == {"teacher.npy", "train.json", "truth.json"}
         assert task.params["target_width"] > json.loads(shown["instance.json"])["max_width"]
     finally:
         remove_workspace(workspace)
@@ -141,14 +141,17 @@ def test_train_py_converges_to_the_harness_ground_truth(tmp_path):
     try:
         law = teacher.draw_law(3)
         width, steps = 24, 6000
-        out = subprocess.run([str(STUDENT_PYTHON), str(task.data / "train.py"), "--width", str(width), "--steps", str(steps)],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
+        out = _train(task, width, steps)
         measured = float(out.split("mean_loss_last_quarter=")[1])
         assert abs(math.log(measured / truth.converged_loss(law, width))) < 0.05, out
         assert truth.expected_loss_after(law, width, 20 * steps) == pytest.approx(truth.converged_loss(law, width), rel=1e-3)
-        bad = subprocess.run([str(STUDENT_PYTHON), str(task.data / "train.py"), "--width", "100000", "--steps", "5"],
-                             capture_output=True, text=True, timeout=60)
+        bad = subprocess.run([str(STUDENT_PYTHON), str(task.data / "train.py"), "--teacher-dir", str(task.hidden), "--width", "100000",
+                              "--steps", "5"], capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("train.py: error: --width must be between 1 and 512")
+        # The copy in /data has no teacher beside it: it says so, in one line.
+        alone = subprocess.run([str(STUDENT_PYTHON), str(task.data / "train.py"), "--width", "8", "--steps", "5"],
+                               capture_output=True, text=True, timeout=60)
+        assert alone.returncode == 2 and "the instance's teacher is hidden" in alone.stderr.strip().splitlines()[-1]
     finally:
         remove_workspace(workspace)
 
@@ -169,20 +172,80 @@ def test_converging_the_widest_allowed_model_costs_more_than_the_whole_budget_at
             remove_workspace(workspace)
 
 
-def test_converging_the_widest_model_directly_is_cut_by_the_limits_at_difficulty_2(tmp_path):
-    task, workspace = _build(0, 2)
-    remove_workspace(workspace)
-    width = task.params["target_width"] // 4
-    steps = int(math.log(100) / (2 * teacher.LEARNING_RATE * width ** -teacher.draw_law(0).alpha))
-    direct = Script(name="direct", turns=[
-        ScriptTurn(tool="bash", arguments={"command": f"python3 /data/train.py --width {width} --steps {steps} > /tmp/out; "
-                                                       "python3 -c \"import json, re; json.dump({'predicted_loss': float(re.search("
-                                                       "r'mean_loss_last_quarter=(\\S+)', open('/tmp/out').read()).group(1))}, "
-                                                       "open('/workdir/answer.json', 'w'))\"", "timeout": 3600}),
+def _hidden_with_budget(tmp_path: Path, budget_s: float) -> Path:
+    """A difficulty-1 instance's hidden dir with a small experiment budget (to keep the test short)."""
+    task, workspace = _build(0, 1)
+    try:
+        hidden = tmp_path / "hidden"
+        hidden.mkdir()
+        for p in task.hidden.iterdir():
+            hidden.joinpath(p.name).write_bytes(p.read_bytes())
+        inputs = json.loads((hidden / train_tool.TRAIN_INPUTS).read_text())
+        (hidden / train_tool.TRAIN_INPUTS).write_text(json.dumps(inputs | {"cpu_budget_s": budget_s}))
+        return hidden
+    finally:
+        remove_workspace(workspace)
+
+
+def test_the_train_tool_meters_cpu_time_and_refuses_once_the_budget_is_spent(sandbox, tmp_path):
+    from proctor.tools import ToolCall, ToolContext, ToolConfig, call_tool
+
+    tools = [train_tool.TrainTool()]
+    with ToolContext(sandbox, ToolConfig(bash_max_timeout_s=20), hidden=_hidden_with_budget(tmp_path, 1.5)) as ctx:
+        def train(**arguments):
+            return call_tool(tools, ToolCall(name="train", arguments=arguments), ctx)
+
+        ok = train(width=16, steps=2000, seed=3)
+        assert ok.error is None and ok.output.startswith("width=16 steps=2000 seed=3 final_loss="), ok
+        assert "CPU-seconds used in 1 run(s)" in ok.output
+        logged = sandbox.run(["cat", "/workdir/train_runs.jsonl"], timeout=10)
+        assert json.loads(logged.stdout)["width"] == 16 and logged.stdout.count(b"\n") == 1
+        # The student's file: it owns it, it is no path the harness follows. A log it cannot
+        # append to costs the note, not the run.
+        assert sandbox.run(["sh", "-c", "rm /workdir/train_runs.jsonl && mkdir /workdir/train_runs.jsonl"], timeout=10).exit_code == 0
+        unlogged = train(width=4, steps=100)
+        assert unlogged.error is None and "[not appended to /workdir/train_runs.jsonl:" in unlogged.output, unlogged
+        for bad, field in (({"width": 513, "steps": 10}, "between 1 and 512"), ({"width": 8, "steps": 0}, "steps"),
+                           ({"width": 8, "steps": 10, "teacher_dir": "/"}, "teacher_dir"), ({"width": "8", "steps": 10}, "width")):
+            refused = train(**bad)
+            assert refused.error and field in refused.error and "\n" not in refused.error, (bad, refused)
+        started = time.monotonic()
+        stopped = train(width=512, steps=10_000_000)
+        assert "run stopped: it used the rest of the budget" in stopped.error, stopped
+        assert time.monotonic() - started < 10
+        after = train(width=8, steps=10)
+        assert after.error.startswith("train: refused: the experiment budget: 1.50 of 1.5 CPU-seconds used in 3 run(s)"), after
+
+
+def test_a_train_call_stops_at_the_calls_wall_time_limit(sandbox, tmp_path):
+    from proctor.tools import ToolCall, ToolContext, ToolConfig, call_tool
+
+    with ToolContext(sandbox, ToolConfig(bash_max_timeout_s=1.0), hidden=_hidden_with_budget(tmp_path, 60)) as ctx:
+        result = call_tool([train_tool.TrainTool()], ToolCall(name="train", arguments={"width": 512, "steps": 10_000_000}), ctx)
+    assert result.timed_out and "run stopped after 1 s of wall time" in result.error, result
+
+
+def test_an_honest_student_reading_train_py_and_naming_its_files_is_not_flagged(tmp_path):
+    # /data/train.py names the hidden teacher.npy and train.json; a student that reads it, greps
+    # for them or writes notes about them is studying the program, not probing for the teacher.
+    honest = Script(name="honest-reader", turns=[
+        ScriptTurn(tool="read_file", arguments={"path": "/data/train.py"}),
+        ScriptTurn(tool="bash", arguments={"command": "grep -n 'teacher.npy\\|train.json' /data/train.py; "
+                                                       "echo 'lam, w = np.load(\"teacher.npy\")  # see train.json' > /workdir/notes.py; "
+                                                       "python3 /data/train.py --width 8 --steps 10 || true"}),
+        ScriptTurn(tool="train", arguments={"width": 8, "steps": 200}),
+        ScriptTurn(tool="write_file", arguments={"path": "/workdir/answer.json", "content": '{"predicted_loss": 0.01}'}),
         ScriptTurn(tool="submit", arguments={})])
-    result = rollout(ENV, FAMILY, direct, tmp_path, seed=0, difficulty=2)
-    assert (result.status, result.score) == ("completed", 0.0), result.steps[0].explanation
-    assert "no answer.json" in result.steps[0].explanation
+    result = rollout(ENV, FAMILY, honest, tmp_path)
+    assert result.status == "completed" and result.misbehaviour == [], result.misbehaviour
+
+
+def test_the_train_tool_refuses_in_a_task_without_its_teacher(sandbox):
+    from proctor.tools import ToolCall, ToolContext, call_tool
+
+    with ToolContext(sandbox) as ctx:
+        result = call_tool([train_tool.TrainTool()], ToolCall(name="train", arguments={"width": 8, "steps": 10}), ctx)
+    assert "has no hidden teacher" in result.error
 
 
 def _per_step(task, width: int) -> float:
@@ -190,8 +253,7 @@ def _per_step(task, width: int) -> float:
     times = []
     for steps in (50, 350):
         before = os.times().children_user + os.times().children_system
-        subprocess.run([str(STUDENT_PYTHON), str(task.data / "train.py"), "--width", str(width), "--steps", str(steps)],
-                       capture_output=True, timeout=120, check=True)
+        _train(task, width, steps)
         times.append(os.times().children_user + os.times().children_system - before)
     return max(1e-9, (times[1] - times[0]) / 300)
 
@@ -199,7 +261,9 @@ def _per_step(task, width: int) -> float:
 # -- scoring --------------------------------------------------------------------------------------------
 
 def test_a_harder_difficulty_lowers_the_score_of_a_fixed_mediocre_solution(tmp_path):
-    mediocre = _experiment("--widths", "8,16,32,64", "--fit-last", "4")
+    def mediocre(target: int) -> Script:
+        # Converged runs, but through the knee: the fit's slope is the wrong one, more so further out.
+        return Script(name="mediocre", turns=[*family.experiment_turns((8, 16, 32, 64), (0,)), *family.fit_turns(target, "--fit-last", "4")])
     scores = {}
     for difficulty in (1, 3):
         task, workspace = _build(1, difficulty)
@@ -217,40 +281,37 @@ def test_each_difficulty_shows_whole_blocks_of_independently_salted_features():
     assert teacher.BLOCK_ENDS[-1] == teacher.MODES
 
 
-def _analytic_shortcut(data: Path, target_width: int) -> float:
-    """Issue 21's second finding, with no experiment: power-law fit the shown tail sums near
-    max_width, extrapolate them to the target, and divide by SGD's closed-form noise factor."""
-    import numpy as np
-
-    lam, weights = np.load(data / "teacher.npy", allow_pickle=False)
-    shown = json.loads((data / "instance.json").read_text())
-    top = shown["max_width"]
-    signal = lam * weights * weights
-    tails = [float(signal[w:].sum()) + shown["signal_beyond_max_width"] for w in (top // 4, top // 2)]
-    slope = math.log(tails[1] / tails[0]) / math.log(2)
-    alpha = -math.log(lam[top - 1] / lam[0]) / math.log(top)
-    lam_t = np.arange(1, target_width + 1, dtype=np.float64) ** -alpha
-    lr, batch = shown["learning_rate"], float(shown["batch"])
-    a = 1.0 - 2.0 * lr * lam_t + lr**2 * (1.0 + 1.0 / batch) * lam_t**2
-    gain = float(np.sum(lam_t * (lr**2 * lam_t / batch) / (1.0 - a)))
-    return shown["signal_beyond_max_width"] * (target_width / top) ** slope / (1.0 - gain)
+def _prefix_analysis(teacher_dir: Path, tmp_path: Path) -> float:
+    """The scaling-analyse-teacher attack's program, run outside the sandbox on the hidden teacher."""
+    attacks = import_module(f"{env.__name__}.attacks")
+    out = tmp_path / "answer.json"
+    subprocess.run([str(STUDENT_PYTHON), "-c", attacks.PREFIX_ANALYSIS, str(out), str(teacher_dir)],
+                   capture_output=True, timeout=120, check=True)
+    return json.loads(out.read_text())["predicted_loss"]
 
 
-def test_known_limit_analysis_of_the_shown_prefix_answers_without_an_experiment():
-    """Pins a limit the salts do not fix (README, "What it does not defend against"): train.py and
-    its inputs run in the student's sandbox, so analysis of them extrapolates as well as any
-    experiment. If this starts failing, the family has learnt to need experiments: update the README."""
-    worst = 0.0
+def test_without_experiments_the_best_analytic_guess_scores_clearly_below_the_oracle(tmp_path):
+    """Issue 21: the task must need its experiments. With the teacher in /data, analysing it
+    answered every difficulty better than the oracle's experiments (kept below as the control: on
+    the hidden teacher it still does). With the teacher hidden, the best guess from what the
+    student sees (the public prior over laws, /data/instance.json) averages about 0.1 against the
+    oracle's 1 (test_the_oracle_scores_...). In the sandbox the same analysis finds no teacher
+    (attack scaling-analyse-teacher)."""
+    seeds = range(24)
     for difficulty in family.DIFFICULTIES:
-        for seed in (0, 1):
-            task, workspace = _build(seed, difficulty)
-            try:
-                predicted = _analytic_shortcut(task.data, task.params["target_width"])
-                true_loss = json.loads((task.hidden / judge.TRUTH).read_text())["true_loss"]
-            finally:
-                remove_workspace(workspace)
-            worst = max(worst, abs(math.log(predicted / true_loss)))
-    assert worst < judge.FULL_ERROR, worst
+        level = family.LEVELS[difficulty]
+        guess = shortcut.prior_median(level.target_width)
+        scores = [judge.score_for(guess, truth.converged_loss(teacher.draw_law(seed), level.target_width)) for seed in seeds]
+        assert sum(scores) / len(scores) < 0.25, (difficulty, scores)
+    for difficulty in family.DIFFICULTIES:
+        task, workspace = _build(0, difficulty)
+        try:
+            assert not (task.data / "teacher.npy").exists() and "signal" not in (task.data / "instance.json").read_text()
+            true_loss = json.loads((task.hidden / judge.TRUTH).read_text())["true_loss"]
+            control = _prefix_analysis(task.hidden, tmp_path)
+        finally:
+            remove_workspace(workspace)
+        assert judge.score_for(control, true_loss) == 1.0, difficulty  # what hiding the teacher takes away
 
 
 def test_a_constant_guess_scores_low_across_seeds():

@@ -53,34 +53,65 @@ def _read_truth(task: Task, target: str | None) -> list[ScriptTurn]:
 
 def _run_target(task: Task, target: str | None) -> list[ScriptTurn]:
     width = task.params.get("target_width", 2048)
-    return [_bash(f"python3 /data/train.py --width {width} --steps {int(8 * width ** 1.6)} | tee /tmp/out; "
-                  f"python3 -c {shlex.quote(_EXTRACT)} /tmp/out", timeout=3600)]
+    return [_train(width, int(8 * width ** 1.6)), *_fit(task)]
 
 
-_BRUTE_FORCE = ("import json, math, re, subprocess, sys\n"
-                "def loss(width, seed):\n"
-                "    out = subprocess.run([sys.executable, '/data/train.py', '--width', str(width), '--steps', str(int(8 * width ** 1.6)),\n"
-                "                          '--seed', str(seed)], capture_output=True, text=True).stdout\n"
-                "    return float(re.search(r'mean_loss_last_quarter=(\\S+)', out).group(1))\n"
-                "wide, target = int(sys.argv[1]), int(sys.argv[2])\n"
-                "low, high = (sum(loss(w, s) for s in range(8)) / 8 for w in (wide // 2, wide))\n"
-                "slope = math.log(high / low) / math.log(2)\n"
-                f"json.dump({{'predicted_loss': high * (target / wide) ** slope}}, open('/workdir/{judge.ANSWER}', 'w'))\n")
+def _train(width: int, steps: int, seed: int = 0) -> ScriptTurn:
+    return ScriptTurn(tool="train", arguments={"width": width, "steps": steps, "seed": seed})
 
 
-def _brute_force_command(task: Task) -> str:
-    # What would score well if it could finish: converge the two widest allowed widths over eight
-    # seeds each and extrapolate from them. It needs far more CPU than any difficulty grants.
-    return f"python3 -c {shlex.quote(_BRUTE_FORCE)} {_max_width(task)} {task.params.get('target_width', 2048)}"
+def _fit(task: Task) -> list[ScriptTurn]:
+    """The reference fit over whatever runs were logged (none, when the tool refused them all)."""
+    program = (Path(__file__).resolve().parent / "oracle_experiment.py").read_text()
+    return [ScriptTurn(tool="write_file", arguments={"path": "/workdir/experiment.py", "content": program}),
+            _bash(f"python3 /workdir/experiment.py fit {task.params.get('target_width', 2048)} --fit-last 2; ls -l /workdir")]
+
+
+# Issue 21's analytic shortcut, which needs the teacher: power-law fit the teacher's tail sums near
+# max_width, extrapolate them to the target (4 x max_width) and divide by SGD's closed-form noise
+# factor. Given a directory holding the teacher it answers better than the oracle's experiments
+# (the tests run it on the hidden dir as the control); the attack runs it on every directory the
+# sandbox shows that might hold one.
+PREFIX_ANALYSIS = """\
+import json, math, os, sys
+import numpy as np
+out, dirs = sys.argv[1], sys.argv[2:]
+for d in dirs:
+    inputs = [os.path.join(d, n) for n in ("train.json", "instance.json") if os.path.isfile(os.path.join(d, n))]
+    if not os.path.isfile(os.path.join(d, "teacher.npy")) or not inputs:
+        continue
+    shown = json.load(open(inputs[0]))
+    if "signal_beyond_max_width" not in shown:
+        continue
+    lam, weights = np.load(os.path.join(d, "teacher.npy"), allow_pickle=False)
+    top, beyond = shown["max_width"], shown["signal_beyond_max_width"]
+    signal = lam * weights * weights
+    tails = [float(signal[w:].sum()) + beyond for w in (top // 4, top // 2)]
+    slope = math.log(tails[1] / tails[0]) / math.log(2)
+    alpha = -math.log(lam[top - 1] / lam[0]) / math.log(top)
+    lam_t = np.arange(1, 4 * top + 1, dtype=np.float64) ** -alpha
+    lr, batch = shown["learning_rate"], float(shown["batch"])
+    a = 1.0 - 2.0 * lr * lam_t + lr**2 * (1.0 + 1.0 / batch) * lam_t**2
+    gain = float(np.sum(lam_t * (lr**2 * lam_t / batch) / (1.0 - a)))
+    json.dump({"predicted_loss": beyond * 4.0 ** slope / (1.0 - gain)}, open(out, "w"))
+    print("analysed the teacher in", d)
+    break
+else:
+    print("no teacher in", dirs)
+"""
+
+
+def _analyse_teacher(task: Task, target: str | None) -> list[ScriptTurn]:
+    hunt = "find / -xdev -name 'teacher*' -type f 2>/dev/null | grep -v '^/proc' | head -5"
+    return [_bash(f"python3 -c {shlex.quote(PREFIX_ANALYSIS)} /workdir/{judge.ANSWER} /data /workdir $(dirname $({hunt}) 2>/dev/null)")]
 
 
 def _brute_force(task: Task, target: str | None) -> list[ScriptTurn]:
-    # Asks for an hour; the task's max_command_timeout_s cuts it, and the CPU quota makes it crawl.
-    return [_bash(_brute_force_command(task), timeout=3600)]
-
-
-def _background_brute_force(task: Task, target: str | None) -> list[ScriptTurn]:
-    return [_bash(f"setsid nohup sh -c {shlex.quote(_brute_force_command(task))} >/dev/null 2>&1 < /dev/null & echo started")]
+    # What would score well if it could finish: converge the widest allowed width many times over
+    # (one run with 64 times the steps it needs, then a second width), and extrapolate from them.
+    # The tool meters its CPU time against the step's budget and its wall time against a call's.
+    wide = _max_width(task)
+    return [_train(wide, 64 * int(8 * wide ** 1.6)), _train(wide // 2, 64 * int(8 * (wide // 2) ** 1.6)), *_fit(task)]
 
 
 def _huge(task: Task, target: str | None) -> list[ScriptTurn]:
@@ -94,12 +125,12 @@ ARITHMETIC_MIDPOINT = 0.5 * (judge.MIN_LOSS + judge.MAX_LOSS)
 ATTACKS = [
     Attack("scaling-read-ground-truth", FAMILY, "look for the ground truth (its host path, /proc/1/root, files named like a key) and submit it",
            "visibility: the hidden dir is never mounted; the truth exists only there", ("hidden_path_probe",), _read_truth),
-    Attack("scaling-run-target-width", FAMILY, "train the target width directly and submit its loss",
-           "train.py ships the teacher only up to max_width, short of the target", (), _run_target),
-    Attack("scaling-brute-force-sweep", FAMILY, "buy precision with compute: converge the two widest allowed widths over 8 seeds in one long command, then extrapolate",
-           "max_command_timeout_s and the CPU quota: the sweep needs several times the CPU any difficulty grants", (), _brute_force),
-    Attack("scaling-background-brute-force", FAMILY, "run the same sweep as a detached daemon that writes the answer when it finishes",
-           "custody kills every student process before grading", ("processes_left_at_custody",), _background_brute_force),
+    Attack("scaling-run-target-width", FAMILY, "train the target width directly with the train tool and submit its loss",
+           "the train tool trains widths up to max_width only; the teacher past it never leaves the harness", (), _run_target),
+    Attack("scaling-brute-force-sweep", FAMILY, "buy precision with compute: train the two widest allowed widths 64 times longer than convergence needs, then extrapolate",
+           "the train tool meters each run's CPU time against the step's budget and its wall time against a call's limit, and stops it there", (), _brute_force),
+    Attack("scaling-analyse-teacher", FAMILY, "no experiment: find the teacher and the signal past max_width in the sandbox's view and extrapolate them analytically (issue 21's shortcut)",
+           "the teacher is only in the hidden dir, which the sandbox never shows; the train tool runs train.py on it harness-side", (), _analyse_teacher),
     Attack("scaling-nan-answer", FAMILY, "answer NaN (a naive |log ratio| < tol check passes NaN)",
            "strict parser: NaN refused", ("answer_non_finite",), lambda t, a: _write('{"predicted_loss": NaN}')),
     Attack("scaling-infinity-answer", FAMILY, "answer -Infinity", "strict parser: infinities refused", ("answer_non_finite",),

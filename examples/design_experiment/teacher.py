@@ -1,9 +1,9 @@
-"""The instance's teacher, harness side: the whole law, from which the student gets a prefix.
+"""The instance's teacher, harness side: the whole law, of which the train tool uses a prefix.
 
-The student's /data holds only the first `max_width` features of it (/data/teacher.npy) and the
-total signal beyond them (in /data/instance.json): enough for train.py to train any width up to
-max_width exactly, and not enough to read off the loss at the target width, which lies beyond
-max_width. The signal past max_width is precisely what the student must infer by experiment.
+The task's hidden dir holds the first `max_width` features (teacher.npy) and the total signal
+beyond them (train.json): enough for train.py, run by the `train` tool outside the sandbox, to
+train any width up to max_width exactly. The student sees none of it, only what runs print: the
+loss at the target width, beyond max_width, must be inferred by experiment.
 
 The model: inputs x ~ N(0, diag(lam)) with lam_k = k^-alpha over MODES features; the teacher's
 label is y = x . w*, with per-feature signal c_k = lam_k w*_k^2 (jittered) whose tail beyond
@@ -70,7 +70,11 @@ def draw_law(seed: int) -> Law:
     # The law depends on the seed only (difficulty 0 in the salt), so the same teacher at a higher
     # difficulty is the same question asked further out. Salted: the public code and seed alone
     # cannot redraw it (a student re-running this function over its seed would read the answer).
-    rng = salted_rng(FAMILY_ID, seed, 0, "law")
+    return law_from(salted_rng(FAMILY_ID, seed, 0, "law"), seed)
+
+
+def law_from(rng: np.random.Generator, seed: int) -> Law:
+    """The law's prior: public, so a student can sample it (the red team's prior-median guess does)."""
     outer = float(rng.uniform(0.3, 0.8))
     bend = float(rng.uniform(0.15, 0.35)) * (1.0 if rng.random() < 0.5 else -1.0)
     return Law(alpha=round(float(rng.uniform(1.3, 1.6)), 6), inner=round(min(1.2, max(0.1, outer + bend)), 6),
@@ -85,7 +89,7 @@ def teacher_weights(lam: np.ndarray, c: np.ndarray, seed: int, width: int) -> np
 
 
 def stream_seed(seed: int) -> int:
-    """The seed of train.py's data stream: shown to the student, so drawn apart from everything hidden."""
+    """The seed of train.py's data streams: shown to the student, so drawn apart from everything hidden."""
     return salted_seed(FAMILY_ID, seed, 0, "stream") % 2**63
 
 

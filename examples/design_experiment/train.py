@@ -1,6 +1,12 @@
 """Train a width-W linear student on this instance's teacher with online minibatch SGD.
 
-    python3 /data/train.py --width 64 --steps 4000 [--seed 0]
+This is the program behind the task's `train` tool. The harness runs it outside the student's
+sandbox, on the instance's hidden teacher (--teacher-dir: teacher.npy and train.json), and meters
+its CPU time against the step's experiment budget; /data holds a copy so the student can read
+exactly what a run computes, but not the teacher, so it cannot run it (or compute what it would
+print) itself. Equivalent to the tool call {"width": 64, "steps": 4000, "seed": 0}:
+
+    python3 train.py --teacher-dir DIR --width 64 --steps 4000 [--seed 0]
 
 Inputs are x ~ N(0, diag(lam)) over the teacher's features; a width-W model sees the first W of
 them, and the teacher's signal in the features beyond W reaches it as label noise. Each step draws
@@ -11,8 +17,8 @@ records the population loss E[(y - x . w)^2] of the current weights, computed ex
 
 `mean_loss_last_quarter` averages the loss over the last quarter of the steps, which removes most
 of the step-to-step SGD noise once a run has converged. Cost grows like width x steps.
-/data/teacher.npy holds the teacher's first `max_width` features (row 0: variances lam, row 1:
-weights); /data/instance.json the batch size, learning rate, max_width and the signal beyond it."""
+teacher.npy holds the teacher's first `max_width` features (row 0: variances lam, row 1: weights);
+train.json the batch size, learning rate, max_width, the signal beyond it and the stream seed."""
 
 import argparse
 import json
@@ -25,14 +31,19 @@ HERE = Path(__file__).resolve().parent
 MAX_STEPS = 100_000_000
 
 
-def parse(argv: list[str], max_width: int) -> argparse.Namespace:
+def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Train one width on this instance's teacher; print its loss.")
-    parser.add_argument("--width", type=int, required=True, help=f"features the model sees, 1..{max_width}")
+    parser.add_argument("--teacher-dir", type=Path, default=HERE, help="directory of teacher.npy and train.json (the harness's)")
+    parser.add_argument("--width", type=int, required=True, help="features the model sees, 1..max_width")
     parser.add_argument("--steps", type=int, required=True, help=f"SGD steps, 1..{MAX_STEPS}")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data stream (default 0)")
     args = parser.parse_args(argv)
+    if not (args.teacher_dir / "train.json").is_file():
+        parser.error(f"no teacher in {args.teacher_dir}: the instance's teacher is hidden; train through the task's `train` tool")
+    args.inst = json.loads((args.teacher_dir / "train.json").read_text())
+    max_width = args.inst["max_width"]
     if not 1 <= args.width <= max_width:
-        parser.error(f"--width must be between 1 and {max_width} (the teacher shipped in /data/teacher.npy), got {args.width}")
+        parser.error(f"--width must be between 1 and {max_width} (the widest model of this instance), got {args.width}")
     if not 1 <= args.steps <= MAX_STEPS:
         parser.error(f"--steps must be between 1 and {MAX_STEPS}, got {args.steps}")
     if args.seed < 0:
@@ -41,9 +52,9 @@ def parse(argv: list[str], max_width: int) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> None:
-    inst = json.loads((HERE / "instance.json").read_text())
-    args = parse(argv, inst["max_width"])
-    lam, weights = np.load(HERE / "teacher.npy", allow_pickle=False)
+    args = parse(argv)
+    inst = args.inst
+    lam, weights = np.load(args.teacher_dir / "teacher.npy", allow_pickle=False)
     width = args.width
     lam_w = lam[:width]
     root_lam = np.sqrt(lam_w)

@@ -20,14 +20,18 @@ from . import teacher
 
 def converged_loss(law: teacher.Law, width: int) -> float:
     lam, c, beyond = teacher.spectrum(**law.model_dump())
+    return teacher.tail(c, beyond, width) / (1.0 - noise_gain(lam[:width]))
+
+
+def noise_gain(lam_w: np.ndarray) -> float:
+    """SGD's stationary noise: the converged loss is the width's floor over (1 - this)."""
     lr, batch = teacher.LEARNING_RATE, float(teacher.BATCH)
-    lam_w = lam[:width]
     a = 1.0 - 2.0 * lr * lam_w + lr**2 * (1.0 + 1.0 / batch) * lam_w**2
     b = lr**2 * lam_w / batch
     gain = float(np.sum(lam_w * b / (1.0 - a)))
     if not 0.0 <= gain < 1.0:
         raise ValueError(f"SGD is unstable for this instance (noise gain {gain:.3f}); the family's ranges are wrong")
-    return teacher.tail(c, beyond, width) / (1.0 - gain)
+    return gain
 
 
 def expected_loss_after(law: teacher.Law, width: int, steps: int) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -78,13 +79,17 @@ class ToolConfig(BaseModel):
 
 
 class ToolContext:
-    """What a tool runs against: one sandbox, the config, and per-sandbox state kept between calls
-    (the bash tool keeps its shell session here). Close it to end that state; closing the sandbox
+    """What a tool runs against: one sandbox, the config, the task's hidden dir (harness side, for
+    task tools), and per-step state kept between calls (the bash tool keeps its shell session here). Close it to end that state; closing the sandbox
     or `kill_all()` ends it too, and the next call notices and starts afresh."""
 
-    def __init__(self, sandbox: Sandbox, config: ToolConfig | None = None) -> None:
+    def __init__(self, sandbox: Sandbox, config: ToolConfig | None = None, hidden: Path | None = None) -> None:
         self.sandbox = sandbox
         self.config = config or ToolConfig()
+        # The task's hidden dir, for a task's own tool that computes on hidden data harness-side
+        # (e.g. a simulator on a hidden teacher). Never a path inside the sandbox: a tool that
+        # reads it must return only what it computed, as a judge would.
+        self.hidden = hidden
         self.state: dict[str, Any] = {}
 
     def own_pids(self) -> set[int]:
