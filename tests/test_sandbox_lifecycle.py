@@ -22,12 +22,24 @@ from proctor.sandbox.uids import uid_in_range
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _state_files() -> list[str]:
+    """Every file and directory under the state dir, without descending into mounts: a live
+    sandbox's overlays show all of /usr there (the mounts themselves are listed separately)."""
+    found = []
+    for root, dirs, names in os.walk(STATE_DIR):
+        # This process's /etc template is made by its first sandbox and kept for its lifetime on
+        # purpose (reclaim removes it once the process is gone).
+        dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(root, d)) and not d.startswith(f"{os.getpid()}-")]
+        found += [os.path.join(root, n) for n in (*dirs, *names)]
+    return found
+
+
 def host_snapshot() -> dict[str, object]:
     """What a sandbox could leak: cgroups, mounts, processes of sandbox uids, state files."""
     cgroups = sorted(str(p) for root in layout().roots() if root.exists() for p in root.iterdir() if p.is_dir())
     mounts = [str(p) for p in tmpfs.mounts_under(STATE_DIR)]
     procs = sorted(p for p in procfs.pids() if (ids := procfs.uids_of(p)) and any(uid_in_range(u) for u in ids))
-    files = sorted(str(p) for p in STATE_DIR.rglob("*") if p.is_file() or p.is_dir())
+    files = sorted(_state_files())
     loops = sorted(Path("/sys/block").glob("loop*/loop/backing_file"))
     return {"cgroups": cgroups, "mounts": mounts, "processes": procs, "files": files, "loops": [str(p) for p in loops]}
 
