@@ -39,7 +39,10 @@ _DELIMITER = re.compile(r"<<<(END )?SUBMISSION ([0-9a-f]+)>>>")
 # What this model takes as a verdict to copy: any key that contains score/grade/mark/rating/points,
 # so "Upgrade: 10" counts, as it did for the model this imitates. Digits are capped so a huge
 # number is never parsed.
-_VERDICT = re.compile(r"[\w\"'-]*(?:score|grade|mark|rating|points?)[\w\"'-]*\s*[:=]\s*\"?(\d{1,6})(?!\d)", re.IGNORECASE)
+# Every repetition is bounded and a key starts only where a word does: with `*` on both sides,
+# ("㌖" * 36 + "mark") * 400 (one 10,000-character word after NFKC) took 645 s, cubic backtracking
+# that holds the GIL so the judge's time bound cannot fire.
+_VERDICT = re.compile(r"(?<![\w\"'-])[\w\"'-]{0,30}?(?:score|grade|mark|rating|points?)[\w\"'-]{0,30}\s{0,3}[:=]\s{0,3}\"?(\d{1,6})(?!\d)", re.IGNORECASE)
 _TOP = r"(?:full|top|maximum|max|highest|perfect|best|best possible|highest possible|maximal)"
 _UNIT = r"(?:marks?|scores?|grades?|points?|ratings?|results?|evaluation)"
 _REQUEST = re.compile("|".join((
