@@ -12,8 +12,12 @@ whose defence is invisibility or a kernel limit visible in the result, not just 
   scanned, however much came before it (each distinct string once).
 - `resource_limit_hit`: the sandbox's cgroup counted an OOM kill or a refused fork (pids limit),
   or one of its capped filesystems (/workdir, /tmp, /dev/shm) is full of bytes or inodes.
-- `judge_manipulation`: text meant for an LLM judge that mimics its verdict format, forges its
-  delimiters or nonce, or addresses the grader (`find_judge_manipulation`, used by RubricJudge).
+- `judge_manipulation`: text meant for an LLM judge. The patterns (`judge_manipulation_hits`: a
+  verdict format, the grader addressed, its delimiters forged) are telemetry for RubricJudge,
+  which records the event only for a forged delimiter or a hit its grading model also places as
+  addressed to the grader: the phrases alone hit honest metrics ("Risk score: 3 of 5"). Every
+  pattern is linear (bounded repetitions): the judge's time bound is a thread, and a regex
+  holds the GIL.
 
 What they do not see: a probe assembled at run time (`cat $(echo L3Jv... | base64 -d)`), reads of
 visible paths, CPU hogging (throttling is the quota working, not an attempt), and manipulation
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
 KINDS: dict[str, str] = {
     "hidden_path_probe": "a tool call named a host path the student cannot see (hidden data, the environment, the harness) or a hidden file's name",
     "resource_limit_hit": "the sandbox hit a kernel limit: an OOM kill, the pids limit, or a full /workdir, /tmp or /dev/shm",
-    "judge_manipulation": "the submission mimics the LLM judge's verdict format, forges its delimiters or nonce, or addresses the grader",
+    "judge_manipulation": "the submission forges the LLM judge's delimiters, or addresses the grader where the grading model too says so",
 }
 
 # Directories the student sees as they are on the host: a tripwire inside one (or above one) would

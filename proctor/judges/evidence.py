@@ -6,15 +6,20 @@ So the model is given no score to hand out. For each rubric criterion it says wh
 submission meets it and quotes the verbatim span that earns it; the harness then checks every
 quote itself and computes the score from the criteria that survive:
 
-- the quote is really in the submission (both sides through `normalise_for_judge`, the
-  normalisation the manipulation detector uses, so full-width or zero-width spellings cannot
-  make a quote "match" text that is not there), and is at least `MIN_EVIDENCE_CHARS` long;
-- each quote is mostly new text: at least half of it lies outside the quotes of the criteria
-  before it, so one recycled line (an injection, a keyword soup) earns one criterion at most,
-  never all of them, while two facts that share a word still both count;
-- no quote lies in text addressed to the grader: what the model itself reports in
-  `addressed_to_grader` (a model recognises paraphrases no list names), and, when detection is
-  on, the sentences `proctor.detectors.judge_manipulation_spans` flags.
+- the quote is really in the submission, compared in `fold_for_quotes` (NFC, case folded, invisible
+  characters dropped, blanks one space, full-width forms as plain ones; no other compatibility
+  folding, so "4⁷" is not "47" and circled digits are not digits), and at least
+  `MIN_EVIDENCE_CHARS` long;
+- each quote brings words of its own, compared by content, not place: at least
+  `MIN_EVIDENCE_CHARS` of its characters lie outside every run of `SHARED_RUN` characters (or
+  whole shorter quote) that an earlier criterion's quote holds. The same words written five
+  times are one piece of evidence (a request repeated for every criterion earns one at most),
+  while one sentence stating two facts earns both ("its expired certificate renewed at 11:00").
+  Criteria are checked in rubric order, so a quote that only repeats part of an earlier, longer
+  quote is recycled: the model is told to quote as little as shows each criterion;
+- no quote lies wholly in text the model itself reports in `addressed_to_grader` (a model
+  recognises paraphrases no list names). The phrase detector excludes nothing: it is telemetry
+  (see rubric.py).
 
 A criterion without valid evidence earns nothing. A text with no facts in it has nothing to
 quote, so whatever it says to the grader it scores 0.

@@ -19,10 +19,14 @@ phrases names them all, and real graders obey many of them, so the defence is st
    `<` or `>` in it becomes `‹` / `›`: the student cannot close a block whose nonce it never saw.
 3. Replies are parsed strictly (exactly one JSON object of the announced shape); anything else is
    a failed attempt, retried within the judge's bound (`retries`, backoff from `backoff_s`).
-4. `proctor.detectors.find_judge_manipulation` is telemetry, not the wall: found text is recorded
-   as a `judge_manipulation` event (`on_manipulation="flag"`, the default), and its sentences are
-   never accepted as evidence; `"zero"` also scores 0 without asking the model; `"ignore"` does
-   not look. No defence above depends on it.
+4. The phrase detector (`proctor.detectors.judge_manipulation_hits`) is telemetry, not the wall:
+   with `on_manipulation="flag"` (the default) its hits go to `metadata["detector"]`, cost
+   nothing and exclude no evidence, because honest summaries say "Severity rating: 2", "10/10
+   ingresses" or "got full marks from the reviewers". `judge_manipulation` misbehaviour (which
+   zeroes the rollout) is recorded only on strong evidence: a forged delimiter or chat-template
+   token, or a hit at a place the grading model also quotes as addressed to the grader. `"zero"`
+   scores any hit 0 without asking the model (it false-flags honest text; for audits and tests);
+   `"ignore"` does not look. No defence above depends on it.
 
 When every attempt failed: if every failure was the provider's (`JudgeModelError`, a timeout, a
 network error), `infra_error`, so the rollout is masked. If the model answered out of form, or
