@@ -322,17 +322,19 @@ def _describe(hit: JudgeManipulationHit) -> str:
 
 def _quoted_at(hit: JudgeManipulationHit, text: str, grader_quotes: Sequence[str]) -> bool:
     """Whether the model quoted, as addressed to the grader, text at the place of `hit` (both in
-    the detector's normalisation; escaping changes no offset, one character for one)."""
-    clean = normalise_for_judge(escape_submission(text)).lower()
+    the detector's normalisation, which escaping does not shift: one character for one)."""
+    clean = normalise_for_judge(escape_submission(text))
     for quote in grader_quotes[:50]:
-        q = normalise_for_judge(quote).strip().lower()
+        q = normalise_for_judge(quote).strip()
         if len(q) < ev.MIN_EVIDENCE_CHARS:
             continue
-        at = clean.find(q)
-        while 0 <= at < hit.end:
-            if hit.start < at + len(q):
+        # Case-insensitive without lower(), which changes the length of some letters (and so
+        # every offset after them).
+        for found in re.compile(re.escape(q), re.IGNORECASE).finditer(clean, max(hit.start - len(q), 0)):
+            if found.start() >= hit.end:
+                break
+            if hit.start < found.end():
                 return True
-            at = clean.find(q, at + 1)
     return False
 
 
