@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from proctor.detectors import normalise_for_judge
-from proctor.judges.evidence import PROTOCOL_CLAIMS_EXTRACT, PROTOCOL_CLAIMS_GRADE, PROTOCOL_EVIDENCE
+from proctor.judges.evidence import BLANKS, PROTOCOL_CLAIMS_EXTRACT, PROTOCOL_CLAIMS_GRADE, PROTOCOL_EVIDENCE
 from proctor.judges.rubric import JudgeModel
 
 HERE = Path(__file__).resolve().parent
@@ -98,7 +98,7 @@ _NOT_ASSERTED = re.compile(r"\b(?:if|suppose|supposing|imagine|hypothetically|wo
 _CLAUSE = re.compile(r"[^.;!?\n]+(?:[.;!?]+|$)", re.MULTILINE)
 # Characters that show as a blank but are not whitespace to Unicode, and format characters: a
 # word limit counts the words a reader sees, so both separate words.
-_BLANKS = re.compile("[\u2800\u3164\u115f\u1160\uffa0\u180e\u17b4\u17b5\u200b-\u200f\u2060-\u2064\ufeff\u00ad]")
+_BLANKS = re.compile("[" + "".join(sorted(BLANKS)) + "\u200b-\u200f\u2060-\u2064\ufeff\u00ad]")
 # Cyrillic and Greek letters drawn like Latin ones: read as the letter they show ("nоt" with a
 # Cyrillic о is "not" to a reader, and a log line with a Cyrillic І in INFO is still that line).
 _CONFUSABLES = str.maketrans("аеорсухіјѕһԁӏԛԝАВЕКМНОРСТХІЈЅοαιкνρτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",

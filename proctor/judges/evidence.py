@@ -244,7 +244,7 @@ def parse_claims_grade_reply(reply: object, criteria: Sequence[Criterion]) -> di
 
 # Characters that render as blank but are letters or symbols to Unicode (Braille blank, Hangul
 # fillers, the Mongolian vowel separator): a quote check treats them as the blank they show.
-_BLANKS = frozenset("\u2800\u3164\u115f\u1160\uffa0\u180e\u17b4\u17b5")
+BLANKS = frozenset("\u2800\u3164\u115f\u1160\uffa0\u180e\u17b4\u17b5")
 _SPACES = re.compile(r" +")
 # A run of this many characters shared with an earlier criterion's quote is that quote's text.
 SHARED_RUN = 8
@@ -257,7 +257,7 @@ def fold_for_quotes(text: str) -> str:
     a fact the text does not state would check out."""
     out = []
     for ch in unicodedata.normalize("NFC", text):
-        if ch.isspace() or ch in _BLANKS:
+        if ch.isspace() or ch in BLANKS:
             out.append(" ")
         elif unicodedata.category(ch) != "Cf":
             out.append(unicodedata.normalize("NFKC", ch) if unicodedata.decomposition(ch).startswith(("<wide>", "<narrow>")) else ch)
