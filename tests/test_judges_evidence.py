@@ -329,3 +329,30 @@ def test_text_that_states_no_fact_earns_nothing_from_the_stand_in(tmp_path, name
 def test_a_denial_of_something_else_costs_no_fact(tmp_path, text):
     # C13: "no data loss", "not the orders database", "didn't help" cancelled the sentence's fact.
     assert grade(essay_judge(), text, tmp_path).score == 1.0
+
+
+class _Backtracking(ScriptedJudgeModel):
+    """A local model with the cubic pattern the stand-in had: it holds the GIL for minutes."""
+
+    def complete(self, system: str, user: str, timeout_s: float) -> str:
+        import re
+
+        re.search(r"[\w-]*(?:mark)[\w-]*\s*[:=]", "mark" * 1500)
+        return super().complete(system, user, timeout_s)
+
+
+def test_the_judges_bound_holds_for_a_local_model_that_computes(tmp_path):
+    # A thread cannot interrupt a regex holding the GIL; a worker process can be killed. The
+    # same model in-process runs for minutes past the bound.
+    import time
+
+    from proctor.judges.local_model import IsolatedJudgeModel
+
+    judge = RubricJudge(rubric="r", criteria=TWO, model=IsolatedJudgeModel(_Backtracking()), timeout_s=2, retries=1)
+    began = time.monotonic()
+    verdict = grade(judge, "payments-api on 2024-03-14", tmp_path)
+    assert time.monotonic() - began < 6
+    assert verdict.score == 0.0 and not verdict.infra_error, verdict.explanation
+    # The next call gets a fresh worker, and a model that answers is graded as before.
+    fast = RubricJudge(rubric="r", criteria=TWO, model=IsolatedJudgeModel(ScriptedJudgeModel(replies=[_reply("2024-03-14", "payments-api")])))
+    assert grade(fast, "payments-api on 2024-03-14", tmp_path).score == 1.0
