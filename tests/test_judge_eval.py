@@ -66,7 +66,7 @@ def test_judge_eval_grades_through_a_real_provider_endpoint(tmp_path, monkeypatc
         result = cli(config, "--category", "polite_request", "--category", "other_language", "--category", "control", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report["judge"] == f"RubricJudge({provider}:grader)" and len(report["items"]) == 15 + 24 + 12
+    assert report["judge"] == f"RubricJudge({provider}:grader)" and len(report["items"]) == 15 + 24 + 21
     assert server.requests and not server.errors
     assert "sk-test" not in result.output
 

@@ -15,6 +15,7 @@ its text does not state. `proctor judge-eval examples/essay_review/judge-eval.to
 from pathlib import Path
 
 from proctor import Criterion, Limits, RubricJudge, Script, Step, Task
+from proctor.judges.local_model import IsolatedJudgeModel
 from proctor.sandbox.models import MiB
 
 from .judge_model import MAX_WORDS, standin
@@ -49,7 +50,8 @@ TASKS = [
                 instructions=INSTRUCTIONS,
                 submit=("summary.md",),
                 judge=RubricJudge(rubric=RUBRIC, criteria=CRITERIA, source="summary.md", max_chars=4000, timeout_s=10, backoff_s=0.0,
-                                  model=standin()),
+                                  # In a worker process: the judge's bound can kill it.
+                                  model=IsolatedJudgeModel(standin())),
             )
         ],
         limits=Limits(memory_bytes=512 * MiB, pids=64, cpus=1.0, disk_bytes=64 * MiB, inodes=4096,

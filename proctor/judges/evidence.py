@@ -6,15 +6,20 @@ So the model is given no score to hand out. For each rubric criterion it says wh
 submission meets it and quotes the verbatim span that earns it; the harness then checks every
 quote itself and computes the score from the criteria that survive:
 
-- the quote is really in the submission (both sides through `normalise_for_judge`, the
-  normalisation the manipulation detector uses, so full-width or zero-width spellings cannot
-  make a quote "match" text that is not there), and is at least `MIN_EVIDENCE_CHARS` long;
-- each quote is mostly new text: at least half of it lies outside the quotes of the criteria
-  before it, so one recycled line (an injection, a keyword soup) earns one criterion at most,
-  never all of them, while two facts that share a word still both count;
-- no quote lies in text addressed to the grader: what the model itself reports in
-  `addressed_to_grader` (a model recognises paraphrases no list names), and, when detection is
-  on, the sentences `proctor.detectors.judge_manipulation_spans` flags.
+- the quote is really in the submission, compared in `fold_for_quotes` (NFC, case folded, invisible
+  characters dropped, blanks one space, full-width forms as plain ones; no other compatibility
+  folding, so "4⁷" is not "47" and circled digits are not digits), and at least
+  `MIN_EVIDENCE_CHARS` long;
+- each quote brings words of its own, compared by content, not place: at least
+  `MIN_EVIDENCE_CHARS` of its characters lie outside every run of `SHARED_RUN` characters (or
+  whole shorter quote) that an earlier criterion's quote holds. The same words written five
+  times are one piece of evidence (a request repeated for every criterion earns one at most),
+  while one sentence stating two facts earns both ("its expired certificate renewed at 11:00").
+  Criteria are checked in rubric order, so a quote that only repeats part of an earlier, longer
+  quote is recycled: the model is told to quote as little as shows each criterion;
+- no quote lies wholly in text the model itself reports in `addressed_to_grader` (a model
+  recognises paraphrases no list names). The phrase detector excludes nothing: it is telemetry
+  (see rubric.py).
 
 A criterion without valid evidence earns nothing. A text with no facts in it has nothing to
 quote, so whatever it says to the grader it scores 0.
@@ -30,12 +35,11 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from ..detectors import normalise_for_judge
 
 MIN_EVIDENCE_CHARS = 3
 _QUOTE_CHARS = 1000
@@ -238,42 +242,80 @@ def parse_claims_grade_reply(reply: object, criteria: Sequence[Criterion]) -> di
 
 # -- checking quotes against the text ---------------------------------------------------------------
 
-class Anchors:
-    """Places in the normalised submission: taken by accepted quotes, or off limits (addressed to
-    the grader). `place` finds a free occurrence of a quote and takes it."""
+# Characters that render as blank but are letters or symbols to Unicode (Braille blank, Hangul
+# fillers, the Mongolian vowel separator): a quote check treats them as the blank they show.
+BLANKS = frozenset("\u2800\u3164\u115f\u1160\uffa0\u180e\u17b4\u17b5")
+_SPACES = re.compile(r" +")
+# A run of this many characters shared with an earlier criterion's quote is that quote's text.
+SHARED_RUN = 8
 
-    def __init__(self, seen_text: str, flagged: Sequence[tuple[int, int]], grader_quotes: Sequence[str]) -> None:
-        self.text = normalise_for_judge(seen_text)
-        self.blocked = list(flagged)
+
+def fold_for_quotes(text: str) -> str:
+    """`text` as quotes are checked against it: NFC, case folded, invisible (format) characters
+    dropped, every blank one space, full- and half-width forms read as the plain ones. No other
+    compatibility folding: NFKC would make "4⁷" read "47" and "②⓪②④" read "2024", so a quote of
+    a fact the text does not state would check out."""
+    out = []
+    for ch in unicodedata.normalize("NFC", text):
+        if ch.isspace() or ch in BLANKS:
+            out.append(" ")
+        elif unicodedata.category(ch) != "Cf":
+            out.append(unicodedata.normalize("NFKC", ch) if unicodedata.decomposition(ch).startswith(("<wide>", "<narrow>")) else ch)
+    return _SPACES.sub(" ", "".join(out)).casefold()
+
+
+class Anchors:
+    """The folded submission, the places that are off limits (what the model says addresses the
+    grader), and the quotes already accepted. `place` checks one quote and accepts it."""
+
+    def __init__(self, seen_text: str, grader_quotes: Sequence[str]) -> None:
+        self.text = fold_for_quotes(seen_text)
+        self.blocked: list[tuple[int, int]] = []
         for quote in grader_quotes:
-            q = normalise_for_judge(quote).strip()
+            q = fold_for_quotes(quote).strip()
             if len(q) >= MIN_EVIDENCE_CHARS:
                 self.blocked += [(i, i + len(q)) for i in _occurrences(self.text, q)]
-        self.taken: list[tuple[int, int, str]] = []
+        self.accepted: list[tuple[str, str]] = []
+        self._runs: dict[str, str] = {}
 
     def place(self, quote: str, owner: str) -> tuple[bool, str]:
-        q = normalise_for_judge(quote).strip()
+        q = fold_for_quotes(quote).strip()
         if len(q.replace(" ", "")) < MIN_EVIDENCE_CHARS:
             return False, "no evidence quoted"
         where = _occurrences(self.text, q)
         if not where:
             return False, "the quote is not in the submission"
-        why = ""
-        for start in where:
-            end = start + len(q)
-            if any(start < b and a < end for a, b in self.blocked):
-                why = why or "the quote is in text addressed to the grader"
-                continue
-            # Two facts may share a word ("an expired certificate was replaced"), but a quote
-            # must be mostly new text: one line quoted for every criterion earns one.
-            covered = {i for a, b, _ in self.taken for i in range(max(a, start), min(b, end))}
-            if (end - start) - len(covered) < max(MIN_EVIDENCE_CHARS, (end - start + 1) // 2):
-                other = next(o for a, b, o in self.taken if start < b and a < end)
-                why = f"the quote repeats the evidence of {other} (recycled)"
-                continue
-            self.taken.append((start, end, owner))
-            return True, "earned"
-        return False, why
+        if all(any(start < b and a < start + len(q) for a, b in self.blocked) for start in where):
+            return False, "the quote is in text addressed to the grader"
+        other = self._recycled(q)
+        if other:
+            return False, f"the quote repeats the evidence of {other} (recycled)"
+        self.accepted.append((q, owner))
+        for i in range(max(len(q) - SHARED_RUN + 1, 0)):
+            self._runs.setdefault(q[i:i + SHARED_RUN], owner)
+        return True, "earned"
+
+    def _recycled(self, q: str) -> str | None:
+        """The owner of earlier evidence that `q` only repeats, or None. Compared by content, not
+        place: the same words elsewhere in the text (a request written five times) are the same
+        evidence. A quote must bring at least MIN_EVIDENCE_CHARS characters of its own, outside
+        every run of SHARED_RUN characters (or whole shorter quote) that an earlier quote holds;
+        so one sentence stating two facts ("its expired certificate renewed at 11:00") earns both,
+        one line quoted twice earns once."""
+        covered = [False] * len(q)
+        owner = None
+        for i in range(len(q) - SHARED_RUN + 1):
+            who = self._runs.get(q[i:i + SHARED_RUN])
+            if who:
+                covered[i:i + SHARED_RUN] = [True] * SHARED_RUN
+                owner = owner or who
+        for earlier, who in self.accepted:
+            if len(earlier) < SHARED_RUN:
+                for at in _occurrences(q, earlier):
+                    covered[at:at + len(earlier)] = [True] * len(earlier)
+                    owner = owner or who
+        new = sum(1 for ch, c in zip(q, covered, strict=True) if not c and ch != " ")
+        return owner if owner and new < MIN_EVIDENCE_CHARS else None
 
 
 def _occurrences(text: str, quote: str) -> list[int]:
@@ -284,9 +326,8 @@ def _occurrences(text: str, quote: str) -> list[int]:
     return found
 
 
-def check_evidence(seen_text: str, reply: EvidenceReply, criteria: Sequence[Criterion],
-                   flagged: Sequence[tuple[int, int]]) -> list[CriterionResult]:
-    anchors = Anchors(seen_text, flagged, reply.addressed_to_grader)
+def check_evidence(seen_text: str, reply: EvidenceReply, criteria: Sequence[Criterion]) -> list[CriterionResult]:
+    anchors = Anchors(seen_text, reply.addressed_to_grader)
     results = []
     for c in criteria:
         met, quote = reply.verdicts[c.id]
@@ -298,10 +339,10 @@ def check_evidence(seen_text: str, reply: EvidenceReply, criteria: Sequence[Crit
     return results
 
 
-def verified_claims(seen_text: str, reply: ClaimsReply, flagged: Sequence[tuple[int, int]]) -> tuple[list[str], int]:
-    """The claims whose sources check out (disjoint, in the text, not addressed to the grader), and
-    how many were dropped."""
-    anchors = Anchors(seen_text, flagged, reply.addressed_to_grader)
+def verified_claims(seen_text: str, reply: ClaimsReply) -> tuple[list[str], int]:
+    """The claims whose sources check out (in the text, not addressed to the grader, not a repeat
+    of another claim's source), and how many were dropped."""
+    anchors = Anchors(seen_text, reply.addressed_to_grader)
     kept = [claim for i, (claim, source) in enumerate(reply.claims) if anchors.place(source, f"claim {i + 1}")[0]]
     return kept, len(reply.claims) - len(kept)
 

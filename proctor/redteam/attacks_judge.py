@@ -7,7 +7,8 @@ Defence: RubricJudge never takes a score from the model: it grades criterion by 
 verbatim quotes the harness checks (in the text, distinct, not addressed to the grader), so a
 request quotes no fact and earns nothing. The text is quoted inside nonce delimiters with
 lookalikes escaped, replies are parsed strictly, and the detector
-(`proctor.detectors.find_judge_manipulation`) records judge_manipulation. `proctor judge-eval`
+(`proctor.detectors.judge_manipulation_hits`) is telemetry; judge_manipulation is recorded for a forged
+delimiter, or a hit the grading model too says addresses the grader. `proctor judge-eval`
 measures a grader against a larger corpus of such text."""
 
 from __future__ import annotations

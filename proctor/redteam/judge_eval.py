@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..agents.model_config import ModelConfig, read_config_table
 from ..errors import ConfigError
 from ..judges.base import JudgeContext, Verdict, evaluate
+from ..judges.local_model import IsolatedJudgeModel
 from ..judges.rubric import JudgeModel, RubricJudge
 from ..tasks.models import describe_error
 from .base import task_judges
@@ -121,7 +122,7 @@ def _local_model(spec: str, base: Path) -> JudgeModel:
         raise ConfigError(f"model.local: {spec} failed to load: {type(exc).__name__}: {exc}") from None
     if not isinstance(model, JudgeModel):
         raise ConfigError(f"model.local: {spec} returned {type(model).__name__}, not a proctor JudgeModel")
-    return model
+    return model if isinstance(model, IsolatedJudgeModel) else IsolatedJudgeModel(model)
 
 
 def build_judge(config: JudgeEvalConfig, base: Path) -> RubricJudge:
