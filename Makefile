@@ -6,7 +6,8 @@ setup:
 demo: setup
 	@.venv/bin/proctor demo
 
-test: setup
+test:
+	@PROCTOR_EXTRAS=test,serve,trainers bash scripts/setup.sh
 	@.venv/bin/python -m pytest -q
 
 bench: setup
@@ -15,3 +16,4 @@ bench: setup
 	@.venv/bin/python bench/rollout.py
 	@.venv/bin/python bench/server.py
 	@.venv/bin/python bench/syscall_filter.py
+	@.venv/bin/python bench/covert.py

@@ -37,10 +37,13 @@ PY=${PYTHON:-python3}
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     PY=/usr/bin/python3
 fi
-stamp=.venv/.proctor-installed
+# Optional extras (pyproject.toml): `serve` by default; `make test` asks for every extra its tests
+# need (PROCTOR_EXTRAS=test,serve,trainers), which brings torch and the trainer libraries.
+EXTRAS=${PROCTOR_EXTRAS:-serve}
+stamp=".venv/.proctor-installed-${EXTRAS//,/-}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     [ -x .venv/bin/python ] || "$PY" -m venv .venv
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,serve,trainers]"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
     touch "$stamp"
 fi
 
