@@ -19,8 +19,8 @@ layer (custody refusals, unreapable or leftover processes, blocked network attem
 detect) is collected into the result; any of it makes the rollout `misbehaved` and its reward
 minus the configured penalty.
 
-Where other checks hook in: `_after_tool_call` (after each tool call), `_at_custody` (when custody
-has run, before judging), `_after_judging` (when the judge has answered)."""
+End-of-step checks live in proctor/policies.py; `_at_custody` reads what needs every student
+process dead first (the syscall filter's recorded attempts)."""
 
 from __future__ import annotations
 
@@ -483,7 +483,6 @@ class Episode:
                     ctx.config = policies.clipped(self._base_tool_config, left)
                     result = call_tool(self._tools, call, ctx)
                     self.usage.tool_calls += 1
-                    self._after_tool_call(index, call, result)
             self.transcript.emit("tool_result", step=index, call_id=call.id, tool=call.name, result=result.model_dump())
             observations.append(Observation(kind="tool_result", text=result.output, call_id=call.id, tool=call.name))
             if result.ends_step and not ended:
@@ -562,7 +561,6 @@ class Episode:
             self._flag_all(verdict.misbehaviour, index)
             if verdict.infra_error:
                 self._infra_error(f"judge {judge_name}", verdict.explanation or "the judge could not grade")
-            self._after_judging(index, verdict)
         self.timings["judge_s"] += time.monotonic() - t
         self.transcript.emit("score", step=index, judge=judge_name, **verdict.model_dump(mode="json", exclude={"misbehaviour"}))
         self.steps.append(StepResult(
@@ -576,18 +574,11 @@ class Episode:
         else:
             self._begin_step(index + 1)
 
-    # -- hooks for further checks (one place each) ---------------------------------------------
-    def _after_tool_call(self, index: int, call: ToolCall, result: ToolResult) -> None:
-        """After each tool call the student made, before its result is recorded."""
-
     def _at_custody(self, index: int, point: Any) -> None:
         """When custody has killed everything and copied the submission, before judging: the
         syscalls the sandbox's filter refused and recorded (keyrings, fanotify, AF_VSOCK: shared
         kernel state), read now that no student process is left to add one."""
         self._flag_all(policies.forbidden_syscalls(self.box), index)
-
-    def _after_judging(self, index: int, verdict: Verdict) -> None:
-        """When the step's judge has answered (its misbehaviour already recorded)."""
 
     def _hook(self, hook: Any, index: int, which: str) -> None:
         """Run a trusted step hook; a failure is the task's (authoring) fault, so infra_error."""

@@ -137,7 +137,7 @@ def observe_run(box: Sandbox, where: str, *, timed_out: bool) -> list[Misbehavio
     the sandbox is still alive was left behind (unless the command timed out, when the harness
     killed its tree and stragglers are the kill's business). Recorded into the current scope."""
     events = sandbox_events(box, where)
-    if not timed_out and (left := detached(box, box._cg.pids(), None)):
+    if not timed_out and (left := detached(box, box.pids(), None)):
         events.append(left_event(left, where))
     record(events)
     return events

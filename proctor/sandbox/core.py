@@ -395,6 +395,11 @@ class Sandbox:
         otherwise); `Ip.OutNoRoutes` counts packets to addresses it has no route to."""
         return net_counters(self._anchor_pid) if self._anchor_pid else {}
 
+    def pids(self) -> list[int]:
+        """Every process in the sandbox's cgroups now, zombies included (for watchers that judge
+        what is left; `kill_all` is what ends them)."""
+        return self._cg.pids()
+
     def student_processes(self) -> list[tuple[int, str]]:
         """Live processes running as the student (pid, command line clipped to 200 characters):
         what is still running when the harness wants the sandbox quiet, e.g. at custody."""
