@@ -7,13 +7,15 @@ demo: setup
 	@.venv/bin/proctor demo
 
 test:
-	@PROCTOR_EXTRAS=test,serve,trainers bash scripts/setup.sh
+	@PROCTOR_EXTRAS=test,serve,view,trainers bash scripts/setup.sh
 	@.venv/bin/python -m pytest -q
 
-bench: setup
+bench:
+	@PROCTOR_EXTRAS=serve,view bash scripts/setup.sh
 	@.venv/bin/python bench/sandbox.py
 	@.venv/bin/python bench/tools_custody.py
 	@.venv/bin/python bench/rollout.py
 	@.venv/bin/python bench/server.py
 	@.venv/bin/python bench/syscall_filter.py
 	@.venv/bin/python bench/covert.py
+	@.venv/bin/python bench/viewer.py

@@ -217,6 +217,23 @@ def serve(
     run_server(loaded, config, host=host, port=port)
 
 
+@app.command()
+def view(
+    runs: list[str] = typer.Argument(..., help="Run directories: a rollout, a batch (`proctor run --out`), a red-team run (`proctor redteam --out`) or a curriculum."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (loopback by default: transcripts can hold anything)."),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port to listen on (0: any free port)."),
+) -> None:
+    """Browse run directories in a read-only local web app: the index, each rollout's transcript and verdicts, the red-team table."""
+    try:
+        from .viewer import serve as serve_viewer
+    except ImportError as exc:
+        _fail(ConfigError(f"proctor view needs the view extra ({exc.name} is missing): pip install 'proctor[view]'"))
+    try:
+        serve_viewer(runs, host=host, port=port, announce=lambda line: typer.echo(line, err=True))
+    except ProctorError as exc:
+        _fail(exc)
+
+
 def _model_config(agent: str, path: str | None, flags: dict):
     """The model config of `--agent model:NAME`: the file, then the flags over it."""
     from .agents.model_config import ModelConfig

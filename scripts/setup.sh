@@ -24,6 +24,10 @@ command -v setpriv >/dev/null && command -v nsenter >/dev/null || need+=(util-li
 command -v gcc >/dev/null || need+=(gcc)
 [ -f /usr/include/linux/seccomp.h ] || need+=(linux-libc-dev)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || [ -f /usr/lib/aarch64-linux-gnu/libc.a ] || need+=(libc6-dev)
+# The viewer's browser tests (tests/test_viewer.py) drive the OS's Chromium through Playwright
+# (Playwright's own browser download needs a network the setup does not assume).
+case ",${PROCTOR_EXTRAS:-serve}," in *,test,*) case ",${PROCTOR_EXTRAS}," in *,view,*)
+    [ -x /usr/bin/chromium ] || need+=(chromium) ;; esac ;; esac
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -38,7 +42,8 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
     PY=/usr/bin/python3
 fi
 # Optional extras (pyproject.toml): `serve` by default; `make test` asks for every extra its tests
-# need (PROCTOR_EXTRAS=test,serve,trainers), which brings torch and the trainer libraries.
+# need (PROCTOR_EXTRAS=test,serve,view,trainers), which brings torch, the trainer libraries and, for
+# the viewer's browser tests, Chromium.
 EXTRAS=${PROCTOR_EXTRAS:-serve}
 stamp=".venv/.proctor-installed-${EXTRAS//,/-}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then

@@ -12,6 +12,7 @@ failing the gate is reported as unusable.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tempfile
 import time
@@ -25,6 +26,7 @@ from ..agents.base import Agent
 from ..agents.scripted import NullAgent, ScriptedAgent
 from ..harness import RolloutConfig, run_rollout
 from ..errors import ConfigError
+from ..results import write_atomically
 from ..tasks.loading import Environment, resolved
 from ..tasks.models import Script, ScriptTurn, Task
 from .attacks import ATTACKS, applicable
@@ -44,6 +46,10 @@ class RedteamRow(BaseModel):
     duration_s: float
     ok: bool
     problem: str = ""
+    run_id: str = ""  # the rollout's OUT/<run_id>/ (empty when the harness crashed before writing it)
+
+
+TABLE_FILE = "redteam.json"  # the rows, beside the rollouts of `proctor redteam --out DIR` (what `proctor view` shows)
 
 
 def _harness_alive() -> bool:
@@ -64,11 +70,12 @@ def _one(task: Task, instance, env: Environment, out: Path, name: str, family: s
          expected: tuple[str, ...], want_max: bool, config: RolloutConfig) -> RedteamRow:
     started = time.monotonic()
     judged = reward = 0.0
+    run_id = ""
     try:
         result = run_rollout(task, agent, out, instance=instance, env_dir=env.directory, config=config)
         survived = _harness_alive()
         score, status, flagged = result.score, result.status, sorted({m.kind for m in result.misbehaviour})
-        judged, reward = result.judged_score, result.reward
+        judged, reward, run_id = result.judged_score, result.reward, result.run_id
     except Exception as exc:  # noqa: BLE001 - an attack that crashes the harness is a finding
         survived, score, status, flagged = False, 0.0, f"harness crashed: {type(exc).__name__}: {exc}", []
     problems = []
@@ -86,7 +93,7 @@ def _one(task: Task, instance, env: Environment, out: Path, name: str, family: s
         problems.append(f"not flagged (expected {' or '.join(expected)})")
     return RedteamRow(task=task.id, attack=name, family=family, score=score, judged_score=judged, reward=reward, status=status, flagged=flagged,
                       expected_flags=list(expected), harness_survived=survived, duration_s=time.monotonic() - started,
-                      ok=not problems, problem="; ".join(problems))
+                      ok=not problems, problem="; ".join(problems), run_id=run_id)
 
 
 def run_redteam(
@@ -123,6 +130,10 @@ def run_redteam(
             task, instance, name, family, agent, expected, want_max = job
             return _one(task, instance, env, out, name, family, agent, expected, want_max, config)
         if parallel <= 1:
-            return [run(job) for job in jobs]
-        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="proctor-redteam") as pool:
-            return list(pool.map(run, jobs))
+            rows = [run(job) for job in jobs]
+        else:
+            with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="proctor-redteam") as pool:
+                rows = list(pool.map(run, jobs))
+    if out_dir:
+        write_atomically(out / TABLE_FILE, json.dumps([r.model_dump() for r in rows], indent=2) + "\n")
+    return rows

@@ -1,0 +1,232 @@
+"""The index: every rollout under the run directories, one summary row each, kept current.
+
+A run directory may be one rollout (it holds result.json or transcript.jsonl), a batch (its children
+are rollouts) or a curriculum (batches of batches); discovery goes `MAX_DEPTH` levels down. Rows are
+cached by each result.json's (mtime, size, inode), so a refresh of 10,000 rollouts re-reads only
+what changed: a batch still running shows new results as they land without re-parsing the rest.
+
+A rollout whose result is missing (still running, or the harness died), malformed or partial gets
+a row anyway, with a note saying so: one damaged rollout never breaks the index."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import ConfigError
+from .files import RESULT, TRANSCRIPT, Unreadable, read_bounded, regular_stat
+
+MAX_DEPTH = 3
+# Rescans at most this often: a page view of a 10,000-rollout batch costs one directory walk, and a
+# burst of requests (the live refresh of several tabs) shares it.
+RESCAN_INTERVAL_S = 1.0
+STATUSES = ("completed", "misbehaved", "infra_error", "abandoned")
+# Statuses of rows without a readable result.
+NO_RESULT = "no_result"
+MALFORMED = "malformed"
+
+
+class RolloutRow(BaseModel):
+    """One line of the index."""
+
+    key: str = Field(description="The rollout's id in URLs: its directory's name (unique in this viewer).")
+    directory: Path
+    run_id: str
+    task_id: str = ""
+    family: str = ""
+    seed: int | None = None
+    difficulty: int | None = None
+    agent: str = ""
+    status: str = Field(description=f"A result status, {NO_RESULT!r} (none written yet) or {MALFORMED!r}.")
+    score: float | None = None
+    reward: float | None = None
+    kinds: list[str] = Field(default_factory=list, description="Misbehaviour kinds, sorted, each once.")
+    duration_s: float | None = None
+    tokens: int | None = None
+    started_at: str = ""
+    note: str = Field("", description="Why the row is incomplete, for a human; empty when the result is whole.")
+    search_text: str = Field("", exclude=True)
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def summarise(key: str, directory: Path) -> RolloutRow:
+    """The row of one rollout directory, whatever state its files are in."""
+    try:
+        data = json.loads(read_bounded(directory / RESULT).decode("utf-8", errors="surrogateescape"))
+    except Unreadable as exc:
+        if regular_stat(directory / RESULT) is None and regular_stat(directory / TRANSCRIPT) is not None:
+            return _from_transcript(key, directory)
+        return _row(key, directory, {}, MALFORMED, str(exc))
+    except ValueError as exc:
+        return _with_transcript_start(_row(key, directory, {}, MALFORMED, f"result.json is not valid JSON ({exc})"), directory)
+    if not isinstance(data, dict):
+        return _row(key, directory, {}, MALFORMED, "result.json is not a JSON object")
+    status = data.get("status")
+    if status not in STATUSES:
+        return _with_transcript_start(_row(key, directory, data, MALFORMED, f"result.json has no valid status ({status!r})"), directory)
+    return _row(key, directory, data, status, "")
+
+
+def _row(key: str, directory: Path, data: dict, status: str, note: str) -> RolloutRow:
+    instance = data.get("instance") if isinstance(data.get("instance"), dict) else {}
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
+    records = data.get("misbehaviour") if isinstance(data.get("misbehaviour"), list) else []
+    kinds = sorted({r["kind"] for r in records if isinstance(r, dict) and isinstance(r.get("kind"), str)})
+    tokens = [usage.get(k) for k in ("input_tokens", "output_tokens")]
+    row = RolloutRow(
+        key=key, directory=directory, run_id=_text(data.get("run_id")) or directory.name,
+        task_id=_text(data.get("task_id")) or _text(instance.get("task_id")), family=_text(instance.get("family")),
+        seed=instance.get("seed") if type(instance.get("seed")) is int else None,
+        difficulty=instance.get("difficulty") if type(instance.get("difficulty")) is int else None,
+        agent=_text(data.get("agent")), status=status, score=_number(data.get("score")), reward=_number(data.get("reward")),
+        kinds=kinds, duration_s=_number(timings.get("total_s")),
+        tokens=int(sum(t for t in tokens if _number(t) is not None)) if any(_number(t) is not None for t in tokens) else None,
+        started_at=_text(timings.get("started_at")), note=note,
+    )
+    errors = [e for e in data.get("errors", []) if isinstance(e, str)] if isinstance(data.get("errors"), list) else []
+    row.search_text = " ".join([row.run_id, row.task_id, row.family, row.agent, row.status, *row.kinds, *errors, note]).lower()
+    return row
+
+
+def _first_event(directory: Path) -> dict:
+    """The transcript's rollout_start, read from its first line only (a transcript can be huge)."""
+    from .transcript_pages import first_line
+
+    event = first_line(directory / TRANSCRIPT)
+    return event if isinstance(event, dict) and event.get("type") == "rollout_start" else {}
+
+
+def _from_transcript(key: str, directory: Path) -> RolloutRow:
+    start = _first_event(directory)
+    data = {k: start.get(k) for k in ("run_id", "task_id", "instance", "agent")}
+    return _row(key, directory, data, NO_RESULT, "no result.json yet: the rollout is still running, or its harness died")
+
+
+def _with_transcript_start(row: RolloutRow, directory: Path) -> RolloutRow:
+    if row.task_id or regular_stat(directory / TRANSCRIPT) is None:
+        return row
+    start = _first_event(directory)
+    data = {k: start.get(k) for k in ("run_id", "task_id", "instance", "agent")}
+    return _row(row.key, directory, data, row.status, row.note)
+
+
+def _is_rollout(directory: Path) -> bool:
+    return any(os.path.lexists(directory / name) for name in (RESULT, TRANSCRIPT))
+
+
+def find_rollouts(root: Path, depth: int = MAX_DEPTH) -> list[Path]:
+    """Rollout directories at or under `root`. Links are not followed: the walk stays in the tree."""
+    if _is_rollout(root):
+        return [root]
+    if depth == 0:
+        return []
+    found = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+            found.extend(find_rollouts(Path(entry.path), depth - 1))
+    return found
+
+
+def check_roots(paths: list[str]) -> list[Path]:
+    """The run directories to serve, or a ConfigError naming the first bad one."""
+    if not paths:
+        raise ConfigError("give at least one run directory (a rollout, a batch, a red-team run or a curriculum)")
+    roots = []
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if not path.exists():
+            raise ConfigError(f"{raw}: no such run directory")
+        if not path.is_dir():
+            raise ConfigError(f"{raw}: not a directory (give the directory holding <run_id>/result.json)")
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise ConfigError(f"{raw}: cannot read this directory")
+        roots.append(path.resolve())
+    return roots
+
+
+@dataclass
+class _Cached:
+    signature: tuple
+    row: RolloutRow
+
+
+def _signature(directory: Path) -> tuple:
+    sigs = []
+    for name in (RESULT, TRANSCRIPT):
+        st = regular_stat(directory / name)
+        # The transcript matters only while there is no result (its first line names the task).
+        sigs.append((st.st_mtime_ns, st.st_size, st.st_ino) if st else None)
+        if name == RESULT and st is not None:
+            break
+    return tuple(sigs)
+
+
+@dataclass
+class Catalog:
+    """Every rollout under `roots`, rescanned at most every `RESCAN_INTERVAL_S` seconds."""
+
+    roots: list[Path]
+    rescan_interval_s: float = RESCAN_INTERVAL_S
+    _cache: dict[Path, _Cached] = field(default_factory=dict)
+    _rows: list[RolloutRow] = field(default_factory=list)
+    _by_key: dict[str, RolloutRow] = field(default_factory=dict)
+    _scanned_at: float = -1e9
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    generation: int = 0
+
+    def rows(self) -> list[RolloutRow]:
+        self.refresh()
+        return self._rows
+
+    def get(self, key: str) -> RolloutRow | None:
+        self.refresh()
+        return self._by_key.get(key)
+
+    def refresh(self, force: bool = False) -> None:
+        with self._lock:
+            if not force and time.monotonic() - self._scanned_at < self.rescan_interval_s:
+                return
+            directories = [d for root in self.roots for d in find_rollouts(root)]
+            cache, rows, by_key, changed = {}, [], {}, len(directories) != len(self._cache)
+            for directory in directories:
+                sig = _signature(directory)
+                old = self._cache.get(directory)
+                if old is None or old.signature != sig:
+                    changed = True
+                    old = _Cached(sig, summarise(self._key(directory, by_key), directory))
+                elif old.row.key in by_key:  # a new directory took its key
+                    old = _Cached(sig, summarise(self._key(directory, by_key), directory))
+                cache[directory] = old
+                by_key[old.row.key] = old.row
+                rows.append(old.row)
+            self._cache, self._rows, self._by_key = cache, rows, by_key
+            self._scanned_at = time.monotonic()
+            if changed:
+                self.generation += 1
+
+    @staticmethod
+    def _key(directory: Path, taken: dict[str, RolloutRow]) -> str:
+        # Run ids are unique within a batch; two roots may still share one, so later ones get a suffix.
+        key, n = directory.name, 2
+        while key in taken:
+            key, n = f"{directory.name}~{n}", n + 1
+        return key

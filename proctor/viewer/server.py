@@ -1,0 +1,39 @@
+"""Serving the viewer with uvicorn, on loopback unless told otherwise."""
+
+from __future__ import annotations
+
+import socket
+
+from ..errors import ConfigError
+from .app import LOOPBACK_HOSTS, create_app
+from .catalog import check_roots
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket, or a ConfigError saying why not (a port in use is the common case)."""
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    except (socket.gaierror, UnicodeError) as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc}") from None
+    return sock
+
+
+def serve(paths: list[str], host: str = "127.0.0.1", port: int = 8765, *, announce=print) -> None:
+    import uvicorn
+
+    roots = check_roots(paths)
+    sock = bind(host, port)
+    bound = sock.getsockname()[1]
+    if host not in LOOPBACK_HOSTS:
+        announce(f"warning: serving on {host}, not loopback: anyone who can reach it can read these transcripts")
+    announce(f"viewing {len(roots)} run director{'y' if len(roots) == 1 else 'ies'} on http://{host}:{bound}/ (read-only; Ctrl-C stops)")
+    config = uvicorn.Config(create_app(roots, host=host), log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
