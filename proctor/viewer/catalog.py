@@ -68,7 +68,7 @@ def summarise(key: str, directory: Path) -> RolloutRow:
     try:
         data = json.loads(read_bounded(directory / RESULT).decode("utf-8", errors="surrogateescape"))
     except Unreadable as exc:
-        if regular_stat(directory / RESULT) is None and regular_stat(directory / TRANSCRIPT) is not None:
+        if not os.path.lexists(directory / RESULT) and regular_stat(directory / TRANSCRIPT) is not None:
             return _from_transcript(key, directory)
         return _row(key, directory, {}, MALFORMED, str(exc))
     except ValueError as exc:
