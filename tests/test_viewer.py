@@ -414,3 +414,15 @@ def test_student_text_is_escaped_with_active_characters_shown_and_long_fields_cu
         assert f'<span class="esc">{escape}</span>' in shown
     assert not any(c in shown for c in "\x1b\udcff\u202e\u200b\u2028")
     assert "more characters not shown" in shown
+
+
+def test_the_viewer_benchmark_runs_and_reports_every_figure():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "viewer.py"), "--quick", "--json"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    figures = json.loads(proc.stdout)
+    for name in ("listing_s", "cold_index_s", "warm_index_s", "filtered_index_s", "run_page_s", "cold_ratio"):
+        assert figures[name] > 0, name

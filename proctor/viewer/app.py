@@ -94,6 +94,7 @@ def _size(n: int) -> str:
 
 def create_app(roots: list[Path], *, host: str = "127.0.0.1") -> Starlette:
     catalog = Catalog(roots)
+    facet_cache: dict = {}
     env = _templates()
     env.filters["num"] = _number
     env.filters["size"] = _size
@@ -113,7 +114,9 @@ def create_app(roots: list[Path], *, host: str = "127.0.0.1") -> Starlette:
             first = exc.errors()[0]
             return problem(f"bad query parameter {'.'.join(map(str, first['loc']))}: {first['msg']}", 400)
         rows = catalog.rows()
-        return page("index.html", query=query, result=select(rows, query), facets=facets(rows), generation=catalog.generation)
+        if facet_cache.get("generation") != catalog.generation:  # the filters' values change only with the rollouts
+            facet_cache.update(generation=catalog.generation, facets=facets(rows))
+        return page("index.html", query=query, result=select(rows, query), facets=facet_cache["facets"], generation=catalog.generation)
 
     async def run(request: Request) -> Response:
         row = catalog.get(request.path_params["key"])
