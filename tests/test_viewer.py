@@ -238,15 +238,17 @@ def test_the_run_page_shows_the_students_commands_and_the_judges_explanation(vie
     assert any("csv.DictReader(open('/data/orders.csv'))" in c for c in commands)
     assert "answer.txt: '60744' is not the expected integer" in page.locator("#verdicts").inner_text()
     assert "copied" in page.locator("table.custody").inner_text()
+    page.click("#confinement summary")
     assert "uid_isolation: enforced" in page.locator("#confinement").inner_text()
     assert "tool calls" in page.locator("#usage").inner_text()
-    page.screenshot(path=str(shots / "viewer-run.png"))
-    assert (shots / "viewer-run.png").stat().st_size > 10_000
 
     page.goto(viewer.url + "/runs/demo-symlink-to-key")
     evidence = page.locator("#misbehaviour").inner_text()
     assert "submission_symlink" in evidence and "answer.txt" in evidence
     assert "refused" in page.locator("table.custody").inner_text()
+    assert any("ln -s" in c for c in page.locator("pre.command").all_inner_texts())
+    page.screenshot(path=str(shots / "viewer-run.png"))
+    assert (shots / "viewer-run.png").stat().st_size > 10_000
 
     with page.expect_navigation():
         page.click('a[href$="/raw/result.json"]')

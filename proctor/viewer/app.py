@@ -81,6 +81,7 @@ def _templates() -> Environment:
 def _number(value, digits: int = 3) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-" if value is None else str(value)
+    value = value + 0.0 if isinstance(value, float) else value  # -0.0 (a zero penalty) reads as 0
     return f"{value:.{digits}f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
 
 
