@@ -26,16 +26,14 @@ import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proctor.viewer import create_app  # noqa: E402
+from proctor.viewer import BackgroundViewer  # noqa: E402
 from proctor.viewer.catalog import RESCAN_INTERVAL_S  # noqa: E402
-from proctor.viewer.server import bind  # noqa: E402
 
 STATUSES = ["completed"] * 6 + ["misbehaved"] * 3 + ["infra_error"]
 KINDS = ["submission_symlink", "processes_left_at_custody", "hidden_path_probe", "network_blocked"]
@@ -76,28 +74,13 @@ def make_batch(root: Path, n: int) -> None:
         (d / "transcript.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
 
 
-class Server:
-    def __init__(self, roots: list[Path]) -> None:
-        import uvicorn
-
-        self.sock = bind("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(roots), log_level="warning", access_log=False))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-
+class Server(BackgroundViewer):
     def get(self, path: str) -> float:
         started = time.perf_counter()
         with urllib.request.urlopen(self.url + path, timeout=120) as reply:
             reply.read()
             assert reply.status == 200
         return time.perf_counter() - started
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 def _listing(root: Path, rounds: int) -> float:

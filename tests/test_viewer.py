@@ -40,9 +40,8 @@ from proctor.harness import run_rollout
 from proctor.redteam import run_redteam
 from proctor.tasks import load_environment
 from proctor.tasks.models import Script, ScriptTurn
-from proctor.viewer import create_app
+from proctor.viewer import BackgroundViewer
 from proctor.viewer.inert import visible
-from proctor.viewer.server import bind
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,20 +131,7 @@ def runs(confinement, tmp_path_factory, listener) -> dict[str, Path]:
     return {"batch": batch, "redteam": redteam}
 
 
-class Viewer:
-    def __init__(self, roots: list[Path]) -> None:
-        import uvicorn
-
-        self.sock = bind("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(roots), log_level="warning", access_log=False))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the viewer did not start"
-            time.sleep(0.02)
-
+class Viewer(BackgroundViewer):
     def get(self, path: str, **headers: str) -> tuple[int, str]:
         request = urllib.request.Request(self.url + path, headers=headers)
         try:
@@ -153,10 +139,6 @@ class Viewer:
                 return reply.status, reply.read().decode("utf-8", errors="replace")
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode("utf-8", errors="replace")
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 @pytest.fixture(scope="module")

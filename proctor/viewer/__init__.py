@@ -11,6 +11,6 @@ shown inert (proctor/viewer/inert.py); nothing is ever written into the run dire
 
 from .app import create_app
 from .catalog import check_roots
-from .server import serve
+from .server import BackgroundViewer, serve
 
-__all__ = ["check_roots", "create_app", "serve"]
+__all__ = ["BackgroundViewer", "check_roots", "create_app", "serve"]

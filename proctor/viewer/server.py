@@ -37,3 +37,36 @@ def serve(paths: list[str], host: str = "127.0.0.1", port: int = 8765, *, announ
     announce(f"viewing {len(roots)} run director{'y' if len(roots) == 1 else 'ies'} on http://{host}:{bound}/ (read-only; Ctrl-C stops)")
     config = uvicorn.Config(create_app(roots, host=host), log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+class BackgroundViewer:
+    """A viewer served from a thread of this process (for tests, benchmarks and notebooks):
+    `url` is where it listens; `close()` stops it."""
+
+    def __init__(self, roots, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 10.0) -> None:
+        import threading
+        import time
+
+        import uvicorn
+
+        sock = bind(host, port)
+        self.url = f"http://{host}:{sock.getsockname()[1]}"
+        self._server = uvicorn.Server(uvicorn.Config(create_app(check_roots([str(r) for r in roots]), host=host),
+                                                     log_level="warning", access_log=False))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="proctor-view")
+        self._thread.start()
+        deadline = time.monotonic() + start_timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ConfigError(f"the viewer did not start on {self.url}")
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+    def __enter__(self) -> "BackgroundViewer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
