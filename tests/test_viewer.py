@@ -410,3 +410,22 @@ def test_the_viewer_benchmark_runs_and_reports_every_figure():
     figures = json.loads(proc.stdout)
     for name in ("listing_s", "cold_index_s", "warm_index_s", "filtered_index_s", "run_page_s", "cold_ratio"):
         assert figures[name] > 0, name
+
+
+@pytest.mark.parametrize(("data", "page", "expected", "total"), [
+    (b"", 1, [], 0),
+    (b'{"a": 1}\n{"b": 2}\n{"c": 3}\n', 2, [(3, {"c": 3}, "")], 3),
+    (b'{"a": 1}\n{"type": "tool_res', 1, [(1, {"a": 1}, ""), (2, None, "the last line is incomplete")], 2),
+    (b'{"a": 1}\n\nnot json\n', 1, [(1, {"a": 1}, ""), (2, None, "line 2 is empty")], 3),
+    (b'{"a": 1}\nnot json\n', 1, [(1, {"a": 1}, ""), (2, None, "line 2 is not valid JSON")], 2),
+    (b'"x" ' + b"y" * 2_000_000 + b'\n{"b": 2}\n', 1, [(1, None, "line 1 is 2000004 bytes"), (2, {"b": 2}, "")], 2),
+])
+def test_a_transcript_page_shows_each_line_or_what_is_wrong_with_it(tmp_path, data, page, expected, total):
+    from proctor.viewer.transcript_pages import read_page
+
+    path = tmp_path / "transcript.jsonl"
+    path.write_bytes(data)
+    got = read_page(path, page, per_page=2)
+    assert got.total_lines == total
+    assert [(line.number, line.event, line.note[:len(note)]) for line, (_, _, note) in zip(got.lines, expected)] == expected
+    assert all(len(line.raw) <= 1024 * 1024 for line in got.lines)

@@ -49,6 +49,8 @@ def _decode(data: bytes) -> str:
 def _parse(number: int, data: bytes, cut: int, torn: bool) -> Line:
     if cut:
         return Line(number, None, _decode(data), f"line {number} is {len(data) + cut} bytes; only the first {len(data)} are shown")
+    if not data and not torn:
+        return Line(number, None, "", f"line {number} is empty")
     if torn:
         return Line(number, None, _decode(data), "the last line is incomplete: the harness was killed mid-write, or the rollout is still running")
     try:
@@ -60,27 +62,38 @@ def _parse(number: int, data: bytes, cut: int, torn: bool) -> Line:
     return Line(number, event)
 
 
-def _lines(fd: int):
-    """(bytes kept, bytes cut, torn) per line, holding at most MAX_LINE_BYTES of any line."""
-    kept, cut = bytearray(), 0
-    while True:
-        chunk = os.read(fd, _CHUNK)
-        if not chunk:
-            break
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            piece = chunk[start:] if end < 0 else chunk[start:end]
-            room = MAX_LINE_BYTES - len(kept)
-            kept += piece[:room]
-            cut += max(0, len(piece) - room)
+def _page_lines(fd: int, first: int, last: int) -> tuple[list[tuple[int, bytes, int, bool]], int]:
+    """(index, bytes kept, bytes cut, torn) of the lines with first <= index < last, and how many
+    lines there are. Only lines in the window are copied (at most MAX_LINE_BYTES each); the lines
+    after it are only counted, in C, so any page of a 100 MB transcript costs about one read of it."""
+    found: list[tuple[int, bytes, int, bool]] = []
+    index, kept, cut, partial = 0, bytearray(), 0, False
+    while chunk := os.read(fd, _CHUNK):
+        pos, size = 0, len(chunk)
+        while pos < size:
+            if index >= last:
+                count = chunk.count(b"\n", pos)
+                index += count
+                partial = (partial or pos < size) if count == 0 else not chunk.endswith(b"\n")
+                break
+            end = chunk.find(b"\n", pos)
+            stop = size if end < 0 else end
+            if index >= first:
+                room = MAX_LINE_BYTES - len(kept)
+                kept += chunk[pos:min(stop, pos + room)]
+                cut += max(0, stop - pos - room)
+            partial = partial or stop > pos
             if end < 0:
                 break
-            yield bytes(kept), cut, False
-            kept, cut = bytearray(), 0
-            start = end + 1
-    if kept or cut:
-        yield bytes(kept), cut, True
+            if index >= first:
+                found.append((index, bytes(kept), cut, False))
+                kept, cut = bytearray(), 0
+            index, partial, pos = index + 1, False, end + 1
+    if partial:  # a last line without its newline: a torn write
+        if first <= index < last:
+            found.append((index, bytes(kept), cut, True))
+        index += 1
+    return found, index
 
 
 def read_page(path: Path, page: int = 1, per_page: int = EVENTS_PER_PAGE) -> TranscriptPage:
@@ -90,12 +103,8 @@ def read_page(path: Path, page: int = 1, per_page: int = EVENTS_PER_PAGE) -> Tra
         return TranscriptPage(page=1, pages=1, note=str(exc))
     try:
         size = os.fstat(fd).st_size
-        first, last = (page - 1) * per_page, page * per_page
-        lines, total = [], 0
-        for index, (data, cut, torn) in enumerate(_lines(fd)):
-            total = index + 1
-            if first <= index < last:
-                lines.append(_parse(index + 1, data, cut, torn))
+        found, total = _page_lines(fd, (page - 1) * per_page, page * per_page)
+        lines = [_parse(index + 1, data, cut, torn) for index, data, cut, torn in found]
         pages = max(1, -(-total // per_page))
         return TranscriptPage(page=page, pages=pages, lines=lines, total_lines=total, size_bytes=size)
     finally:
@@ -103,15 +112,18 @@ def read_page(path: Path, page: int = 1, per_page: int = EVENTS_PER_PAGE) -> Tra
 
 
 def first_line(path: Path) -> Any:
-    """The first event of a transcript (its rollout_start), or None."""
+    """The first event of a transcript (its rollout_start), or None; reads at most its first line."""
     try:
         fd = open_regular(path)
     except Unreadable:
         return None
     try:
-        for data, cut, torn in _lines(fd):
-            line = _parse(1, data, cut, torn)
-            return line.event
-        return None
+        data = bytearray()
+        while b"\n" not in data and len(data) <= MAX_LINE_BYTES and (chunk := os.read(fd, 64 * 1024)):
+            data += chunk
     finally:
         os.close(fd)
+    end = data.find(b"\n")
+    if end < 0:
+        return None
+    return _parse(1, bytes(data[:end]), 0, False).event
