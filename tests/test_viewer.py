@@ -429,3 +429,27 @@ def test_a_transcript_page_shows_each_line_or_what_is_wrong_with_it(tmp_path, da
     assert got.total_lines == total
     assert [(line.number, line.event, line.note[:len(note)]) for line, (_, _, note) in zip(got.lines, expected)] == expected
     assert all(len(line.raw) <= 1024 * 1024 for line in got.lines)
+
+
+@pytest.mark.parametrize("content", [
+    '{"run_id": "x", "status": "completed", "score": "high", "instance": "q3", "misbehaviour": "lots", "usage": [], "steps": {"0": 1}}',
+    '{"run_id": "x", "status": "completed", "steps": [7, "s", null, {"custody": "none", "metadata": []}], "confinement": {"protections": []}}',
+    '{"run_id": 5, "status": "weird"}',
+    '[1, 2, 3]',
+    '{"status": "misbehaved", "misbehaviour": [{"kind": 7}, "x", {"kind": "<b>k</b>"}]}',
+    '\udcff not even text',
+])
+def test_a_result_of_any_shape_is_listed_with_a_note_and_its_page_opens(runs, tmp_path, content):
+    batch = tmp_path / "odd"
+    shutil.copytree(runs["batch"] / "demo-oracle", batch / "odd-one")
+    (batch / "odd-one" / "result.json").write_bytes(content.encode("utf-8", errors="surrogateescape"))
+    server = Viewer([batch])
+    try:
+        status, index = server.get("/")
+        assert status == 200 and 'data-key="odd-one"' in index
+        status, body = server.get("/runs/odd-one")
+        assert status == 200 and "Traceback" not in body
+        assert 'class="note bad result-note"' in body  # what is wrong with it is said
+        assert "<b>k</b>" not in index + body
+    finally:
+        server.close()
