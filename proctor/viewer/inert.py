@@ -17,8 +17,9 @@ from typing import Any
 from markupsafe import Markup, escape
 
 # C0 controls but tab and newline, DEL and C1 controls, line/paragraph separators, bidi
-# embeddings, overrides and isolates, zero-width characters and the BOM, and every surrogate.
-_ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
+# embeddings, overrides and isolates, zero-width characters and the BOM, every surrogate, and the
+# replacement character (a tool that decoded invalid bytes with errors="replace" left it).
+_ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufffd\ud800-\udfff]")
 # What a page shows of one field before cutting it; the raw file has everything.
 MAX_FIELD_CHARS = 20_000
 
