@@ -156,7 +156,7 @@ def create_app(roots: list[Path], *, host: str = "127.0.0.1") -> Starlette:
         return JSONResponse({"generation": catalog.generation, "rollouts": len(rows)})
 
     allowed = LOOPBACK_HOSTS + [host] if host in LOOPBACK_HOSTS else ["*"]
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/", index), Route("/runs/{key}", run), Route("/runs/{key}/raw/{name}", raw),
             Route("/redteam", redteam), Route("/api/generation", generation),
@@ -166,3 +166,5 @@ def create_app(roots: list[Path], *, host: str = "127.0.0.1") -> Starlette:
         # (DNS rebinding); a request must name the viewer's own host.
         middleware=[Middleware(SecurityHeaders), Middleware(TrustedHostMiddleware, allowed_hosts=allowed)],
     )
+    app.state.catalog = catalog
+    return app

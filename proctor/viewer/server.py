@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 from ..errors import ConfigError
 from .app import LOOPBACK_HOSTS, create_app
@@ -34,8 +35,12 @@ def serve(paths: list[str], host: str = "127.0.0.1", port: int = 8765, *, announ
     bound = sock.getsockname()[1]
     if host not in LOOPBACK_HOSTS:
         announce(f"warning: serving on {host}, not loopback: anyone who can reach it can read these transcripts")
-    announce(f"viewing {len(roots)} run director{'y' if len(roots) == 1 else 'ies'} on http://{host}:{bound}/ (read-only; Ctrl-C stops)")
-    config = uvicorn.Config(create_app(roots, host=host), log_level="warning", access_log=False)
+    app = create_app(roots, host=host)
+    started = time.monotonic()
+    app.state.catalog.refresh(force=True)  # read every result once now, so the first page is quick
+    found = len(app.state.catalog.rows())
+    announce(f"indexed {found} rollouts in {time.monotonic() - started:.1f} s; viewing them on http://{host}:{bound}/ (read-only; Ctrl-C stops)")
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
 
 
