@@ -453,3 +453,28 @@ def test_a_result_of_any_shape_is_listed_with_a_note_and_its_page_opens(runs, tm
         assert "<b>k</b>" not in index + body
     finally:
         server.close()
+
+
+def test_a_model_turn_shows_its_reasoning_retries_nudges_and_tokens(runs, tmp_path, page):
+    rollout = tmp_path / "model" / "model-run"
+    shutil.copytree(runs["batch"] / "demo-oracle", rollout)
+    events = [json.loads(line) for line in (rollout / "transcript.jsonl").read_text().splitlines()]
+    turn = next(e for e in events if e["type"] == "model_turn")
+    turn.update(reasoning="I should sum the paid Q3 rows.", text="Computing the total now.",
+                usage={"input_tokens": 1234, "output_tokens": 56, "retries": 1},
+                extra={"retries": [{"error": "rate limited", "wait_s": 1.0}], "empty_replies": ["end_turn"], "stop_reason": "tool_use"})
+    failure = {"type": "agent_failure", "seq": 99, "t": 9.0, "step": 0, "usage": {"input_tokens": 10}, "extra": {"empty_replies": ["a", "b", "c"]}}
+    (rollout / "transcript.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [*events, failure]))
+    server = Viewer([rollout.parent])
+    try:
+        page.goto(server.url + "/runs/model-run")
+        bubble = page.locator(".event.model_turn").first
+        text = bubble.inner_text()
+        assert "Computing the total now." in text and "1234 in · 56 out" in text
+        assert "1 empty replies before this one, each answered with a nudge" in text
+        assert "1 retries of the model call" in text and "stop reason: tool_use" in text
+        bubble.locator("summary", has_text="reasoning").click()
+        assert "I should sum the paid Q3 rows." in bubble.inner_text()
+        assert "a model turn failed" in page.locator(".event.agent_failure").inner_text()
+    finally:
+        server.close()
