@@ -100,6 +100,8 @@ def create_app(roots: list[Path], *, host: str = "127.0.0.1") -> Starlette:
     env.filters["num"] = _number
     env.filters["size"] = _size
 
+    # The handlers are plain functions: starlette runs them in its thread pool, so reading a big
+    # batch or a 100 MB transcript never stalls the event loop (and the other requests) meanwhile.
     def page(name: str, status_code: int = 200, **context) -> HTMLResponse:
         context.setdefault("roots", roots)
         context.setdefault("has_redteam", bool(find_tables(roots)))
@@ -108,7 +110,7 @@ def create_app(roots: list[Path], *, host: str = "127.0.0.1") -> Starlette:
     def problem(message: str, status_code: int) -> HTMLResponse:
         return page("error.html", status_code, message=message)
 
-    async def index(request: Request) -> Response:
+    def index(request: Request) -> Response:
         try:
             query = IndexQuery.model_validate(dict(request.query_params))
         except ValidationError as exc:
@@ -119,7 +121,7 @@ def create_app(roots: list[Path], *, host: str = "127.0.0.1") -> Starlette:
             facet_cache.update(generation=catalog.generation, facets=facets(rows))
         return page("index.html", query=query, result=select(rows, query), facets=facet_cache["facets"], generation=catalog.generation)
 
-    async def run(request: Request) -> Response:
+    def run(request: Request) -> Response:
         row = catalog.get(request.path_params["key"])
         if row is None:
             return problem("no rollout with that id in these run directories", 404)
@@ -129,7 +131,7 @@ def create_app(roots: list[Path], *, host: str = "127.0.0.1") -> Starlette:
             return problem("bad query parameter page: not a whole number", 400)
         return page("run.html", view=load(row, number), per_page=EVENTS_PER_PAGE)
 
-    async def raw(request: Request) -> Response:
+    def raw(request: Request) -> Response:
         row, name = catalog.get(request.path_params["key"]), request.path_params["name"]
         if row is None or name not in RAW_FILES:
             return problem("no such raw file", 404)
@@ -148,10 +150,10 @@ def create_app(roots: list[Path], *, host: str = "127.0.0.1") -> Starlette:
         return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8",
                                  headers={"content-disposition": f'inline; filename="{name}"'})
 
-    async def redteam(request: Request) -> Response:
+    def redteam(request: Request) -> Response:
         return page("redteam.html", tables=find_tables(roots), known={r.key for r in catalog.rows()})
 
-    async def generation(request: Request) -> Response:
+    def generation(request: Request) -> Response:
         rows = catalog.rows()
         return JSONResponse({"generation": catalog.generation, "rollouts": len(rows)})
 
