@@ -190,29 +190,52 @@ class _Cached:
 
 @dataclass
 class Catalog:
-    """Every rollout under `roots`, rescanned at most every `RESCAN_INTERVAL_S` seconds."""
+    """Every rollout under `roots`. The first read blocks; after it, a request is answered from the
+    last scan at once while a stale scan is redone in a background thread (one at a time), so a
+    page of a 10,000-rollout index never waits for the rescan. A scan is stale after
+    `rescan_interval_s`, or ten times the last scan's own duration if longer: a batch whose rescan
+    costs 0.2 s is rescanned at most every 2 s, however many tabs poll it."""
 
     roots: list[Path]
     rescan_interval_s: float = RESCAN_INTERVAL_S
     _cache: dict[str, _Cached] = field(default_factory=dict)
     _rows: list[RolloutRow] = field(default_factory=list)
     _by_key: dict[str, RolloutRow] = field(default_factory=dict)
-    _scanned_at: float = -1e9
+    _scanned_at: float | None = None
+    _scan_cost_s: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _background: threading.Thread | None = None
     generation: int = 0
 
     def rows(self) -> list[RolloutRow]:
-        self.refresh()
+        self._fresh_enough()
         return self._rows
 
     def get(self, key: str) -> RolloutRow | None:
-        self.refresh()
-        return self._by_key.get(key)
+        self._fresh_enough()
+        row = self._by_key.get(key)
+        if row is None and self._stale():  # a rollout that landed since the last scan
+            self.refresh(force=True)
+            row = self._by_key.get(key)
+        return row
+
+    def _stale(self) -> bool:
+        interval = max(self.rescan_interval_s, 10 * self._scan_cost_s)
+        return self._scanned_at is None or time.monotonic() - self._scanned_at >= interval
+
+    def _fresh_enough(self) -> None:
+        if self._scanned_at is None:
+            self.refresh(force=True)
+        elif self._stale() and (self._background is None or not self._background.is_alive()):
+            self._background = threading.Thread(target=self.refresh, daemon=True, name="proctor-view-rescan")
+            self._background.start()
 
     def refresh(self, force: bool = False) -> None:
+        """Rescan now (if stale, or `force`), re-reading only the results that changed."""
         with self._lock:
-            if not force and time.monotonic() - self._scanned_at < self.rescan_interval_s:
+            if not force and not self._stale():
                 return
+            started = time.monotonic()
             found = [item for root in self.roots for item in _scan(str(root), MAX_DEPTH)]
             cache, rows, by_key, changed = {}, [], {}, len(found) != len(self._cache)
             for directory, sig in found:
@@ -223,8 +246,10 @@ class Catalog:
                 cache[directory] = old
                 by_key[old.row.key] = old.row
                 rows.append(old.row)
+            # Swapped in whole: a request reading the old lists meanwhile sees a consistent scan.
             self._cache, self._rows, self._by_key = cache, rows, by_key
             self._scanned_at = time.monotonic()
+            self._scan_cost_s = self._scanned_at - started
             if changed:
                 self.generation += 1
 

@@ -27,6 +27,13 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def indexed_app(roots, host: str):
+    """The app with every result already read once, so the first page a user opens is quick."""
+    app = create_app(roots, host=host)
+    app.state.catalog.refresh(force=True)
+    return app
+
+
 def serve(paths: list[str], host: str = "127.0.0.1", port: int = 8765, *, announce=print) -> None:
     import uvicorn
 
@@ -35,9 +42,8 @@ def serve(paths: list[str], host: str = "127.0.0.1", port: int = 8765, *, announ
     bound = sock.getsockname()[1]
     if host not in LOOPBACK_HOSTS:
         announce(f"warning: serving on {host}, not loopback: anyone who can reach it can read these transcripts")
-    app = create_app(roots, host=host)
     started = time.monotonic()
-    app.state.catalog.refresh(force=True)  # read every result once now, so the first page is quick
+    app = indexed_app(roots, host)
     found = len(app.state.catalog.rows())
     announce(f"indexed {found} rollouts in {time.monotonic() - started:.1f} s; viewing them on http://{host}:{bound}/ (read-only; Ctrl-C stops)")
     config = uvicorn.Config(app, log_level="warning", access_log=False)
@@ -48,7 +54,7 @@ class BackgroundViewer:
     """A viewer served from a thread of this process (for tests, benchmarks and notebooks):
     `url` is where it listens; `close()` stops it."""
 
-    def __init__(self, roots, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 10.0) -> None:
+    def __init__(self, roots, host: str = "127.0.0.1", port: int = 0, start_timeout_s: float = 10.0, index_first: bool = True) -> None:
         import threading
         import time
 
@@ -56,8 +62,9 @@ class BackgroundViewer:
 
         sock = bind(host, port)
         self.url = f"http://{host}:{sock.getsockname()[1]}"
-        self._server = uvicorn.Server(uvicorn.Config(create_app(check_roots([str(r) for r in roots]), host=host),
-                                                     log_level="warning", access_log=False))
+        roots = check_roots([str(r) for r in roots])
+        app = indexed_app(roots, host) if index_first else create_app(roots, host=host)
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True, name="proctor-view")
         self._thread.start()
         deadline = time.monotonic() + start_timeout_s
