@@ -22,7 +22,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..errors import ConfigError
-from .files import RESULT, TRANSCRIPT, Unreadable, read_bounded, regular_stat
+from .files import RESULT, TRANSCRIPT, Unreadable, read_bounded
+from .transcript_pages import first_line
 
 MAX_DEPTH = 3
 # Rescans at most this often: a page view of a 10,000-rollout batch costs one directory walk, and a
@@ -69,16 +70,17 @@ def summarise(key: str, directory: Path) -> RolloutRow:
     try:
         data = json.loads(read_bounded(directory / RESULT).decode("utf-8", errors="surrogateescape"))
     except Unreadable as exc:
-        if not os.path.lexists(directory / RESULT) and regular_stat(directory / TRANSCRIPT) is not None:
-            return _from_transcript(key, directory)
-        return _row(key, directory, {}, MALFORMED, str(exc))
+        if not os.path.lexists(directory / RESULT):
+            return _from_transcript(key, directory, NO_RESULT, "no result.json yet: the rollout is still running, or its harness died")
+        return _from_transcript(key, directory, MALFORMED, str(exc))
     except ValueError as exc:
-        return _with_transcript_start(_row(key, directory, {}, MALFORMED, f"result.json is not valid JSON ({exc})"), directory)
+        return _from_transcript(key, directory, MALFORMED, f"result.json is not valid JSON ({exc})")
     if not isinstance(data, dict):
-        return _row(key, directory, {}, MALFORMED, "result.json is not a JSON object")
+        return _from_transcript(key, directory, MALFORMED, "result.json is not a JSON object")
     status = data.get("status")
     if status not in STATUSES:
-        return _with_transcript_start(_row(key, directory, data, MALFORMED, f"result.json has no valid status ({status!r})"), directory)
+        row = _row(key, directory, data, MALFORMED, f"result.json has no valid status ({status!r})")
+        return row if row.task_id else _from_transcript(key, directory, MALFORMED, row.note)
     return _row(key, directory, data, status, "")
 
 
@@ -88,15 +90,14 @@ def _row(key: str, directory: Path, data: dict, status: str, note: str) -> Rollo
     timings = data.get("timings") if isinstance(data.get("timings"), dict) else {}
     records = data.get("misbehaviour") if isinstance(data.get("misbehaviour"), list) else []
     kinds = sorted({r["kind"] for r in records if isinstance(r, dict) and isinstance(r.get("kind"), str)})
-    tokens = [usage.get(k) for k in ("input_tokens", "output_tokens")]
+    tokens = [usage[k] for k in ("input_tokens", "output_tokens") if _number(usage.get(k)) is not None]
     row = RolloutRow(
         key=key, directory=directory, run_id=_text(data.get("run_id")) or directory.name,
         task_id=_text(data.get("task_id")) or _text(instance.get("task_id")), family=_text(instance.get("family")),
         seed=instance.get("seed") if type(instance.get("seed")) is int else None,
         difficulty=instance.get("difficulty") if type(instance.get("difficulty")) is int else None,
         agent=_text(data.get("agent")), status=status, score=_number(data.get("score")), reward=_number(data.get("reward")),
-        kinds=kinds, duration_s=_number(timings.get("total_s")),
-        tokens=int(sum(t for t in tokens if _number(t) is not None)) if any(_number(t) is not None for t in tokens) else None,
+        kinds=kinds, duration_s=_number(timings.get("total_s")), tokens=int(sum(tokens)) if tokens else None,
         started_at=_text(timings.get("started_at")), note=note,
     )
     errors = [e for e in data.get("errors", []) if isinstance(e, str)] if isinstance(data.get("errors"), list) else []
@@ -104,26 +105,12 @@ def _row(key: str, directory: Path, data: dict, status: str, note: str) -> Rollo
     return row
 
 
-def _first_event(directory: Path) -> dict:
-    """The transcript's rollout_start, read from its first line only (a transcript can be huge)."""
-    from .transcript_pages import first_line
-
+def _from_transcript(key: str, directory: Path, status: str, note: str) -> RolloutRow:
+    """A row for a rollout without a usable result, named from its transcript's rollout_start
+    (read from the first line only: a transcript can be huge)."""
     event = first_line(directory / TRANSCRIPT)
-    return event if isinstance(event, dict) and event.get("type") == "rollout_start" else {}
-
-
-def _from_transcript(key: str, directory: Path) -> RolloutRow:
-    start = _first_event(directory)
-    data = {k: start.get(k) for k in ("run_id", "task_id", "instance", "agent")}
-    return _row(key, directory, data, NO_RESULT, "no result.json yet: the rollout is still running, or its harness died")
-
-
-def _with_transcript_start(row: RolloutRow, directory: Path) -> RolloutRow:
-    if row.task_id or regular_stat(directory / TRANSCRIPT) is None:
-        return row
-    start = _first_event(directory)
-    data = {k: start.get(k) for k in ("run_id", "task_id", "instance", "agent")}
-    return _row(row.key, directory, data, row.status, row.note)
+    start = event if isinstance(event, dict) and event.get("type") == "rollout_start" else {}
+    return _row(key, directory, {k: start.get(k) for k in ("run_id", "task_id", "instance", "agent")}, status, note)
 
 
 def _stat_key(path: str) -> tuple | None:
