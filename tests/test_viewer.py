@@ -478,3 +478,22 @@ def test_a_model_turn_shows_its_reasoning_retries_nudges_and_tokens(runs, tmp_pa
         assert "a model turn failed" in page.locator(".event.agent_failure").inner_text()
     finally:
         server.close()
+
+
+def test_proctor_view_indexes_first_then_serves_on_loopback(runs):
+    import re
+    import subprocess
+    import sys
+
+    proctor = Path(sys.executable).parent / "proctor"
+    proc = subprocess.Popen([str(proctor), "view", str(runs["batch"]), "--port", "0"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        match = re.search(r"indexed (\d+) rollouts in [\d.]+ s; viewing them on (http://127\.0\.0\.1:\d+/)", line)
+        assert match, line
+        assert int(match.group(1)) == 8
+        with urllib.request.urlopen(match.group(2), timeout=10) as reply:
+            assert reply.status == 200 and "8 of 8 rollouts" in reply.read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(10)
