@@ -143,7 +143,7 @@ class StudentSandbox(Protocol):
 
     def network_counters(self) -> dict[str, int]:
         """SNMP-style counters of the sandbox's network stack while it runs (empty otherwise);
-        `Ip.OutNoRoutes` counts packets to addresses it has no route to."""
+        the names in `BLOCKED_COUNTERS` count packets kept from leaving (`blocked_packets`)."""
 
     def syscall_attempts(self) -> list[SyscallAttempt]:
         """Forbidden syscalls refused and recorded since the last call (drained on read)."""
@@ -179,6 +179,16 @@ class SandboxBackend(Protocol):
 
     def reclaim_stale(self) -> list[str]:
         """Tear down what dead harness processes left of this runtime's sandboxes."""
+
+
+# Every backend's network_counters() uses these names for what it kept from leaving: no route
+# (the internet, metadata services, other hosts), or sent out of lo to a non-loopback address.
+BLOCKED_COUNTERS = ("Ip.OutNoRoutes", "Ip6.OutNoRoutes", "Guard.LoopbackEscapes")
+
+
+def blocked_packets(counters: dict[str, int]) -> int:
+    """Packets the sandbox's network stack kept from leaving."""
+    return sum(counters.get(name, 0) for name in BLOCKED_COUNTERS)
 
 
 # name -> (module in this package, class): imported only when chosen, so a machine without gVisor
