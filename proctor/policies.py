@@ -20,7 +20,7 @@ from .detectors import step_events
 from .custody import MisbehaviourEvent
 from .results import StepEnd, Usage
 from .sandbox import Sandbox
-from .sandbox.network import blocked_packets
+from .sandbox.backend import blocked_packets
 from .tasks.models import Limits, Task
 from .tools.base import ToolConfig, ToolContext
 

@@ -123,10 +123,10 @@ def _bind(source: str | Path, target: str, *, writable: bool) -> dict:
             "options": ["rbind", "rw" if writable else "ro", "nosuid", "nodev"]}
 
 
-class GVisorProcess:
+class GvisorProcess:
     """A long-running student process under gVisor (the bash tool's shell), with pipes."""
 
-    def __init__(self, popen: subprocess.Popen, root_pid: int, sandbox: GVisorSandbox) -> None:
+    def __init__(self, popen: subprocess.Popen, root_pid: int, sandbox: GvisorSandbox) -> None:
         self.popen = popen
         self._root = root_pid
         self._sandbox = sandbox
@@ -168,7 +168,7 @@ def _tree(procs: list[ProcessInfo], root: int) -> list[ProcessInfo]:
     return [p for p in procs if p.pid in keep]
 
 
-class GVisorSandbox:
+class GvisorSandbox:
     """One student's world under gVisor. Use as a context manager; `close()` is safe twice."""
 
     backend = "gvisor"
@@ -263,8 +263,8 @@ class GVisorSandbox:
         config = {
             "ociVersion": "1.0.0",
             "process": {
-                **_process_spec(["/usr/bin/python3", "-c", _ANCHOR], 0, {"PATH": "/usr/bin:/bin"}, "/", 1),
-                "rlimits": [],
+                # runsc exec gives every process the container's rlimits, not its own spec's.
+                **_process_spec(["/usr/bin/python3", "-c", _ANCHOR], 0, {"PATH": "/usr/bin:/bin"}, "/", self.spec.limits.pids),
             },
             "root": {"path": "rootfs", "readonly": True},
             "hostname": self.spec.hostname,
@@ -377,10 +377,10 @@ class GVisorSandbox:
             usage=ResourceUsage(),
         )
 
-    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> GVisorProcess:
+    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> GvisorProcess:
         """Start a long-running student process with stdin/stdout/stderr pipes."""
         proc, inner = self._start(list(argv), cwd, stdin=subprocess.PIPE)
-        return GVisorProcess(proc, inner, self)
+        return GvisorProcess(proc, inner, self)
 
     # -- processes -------------------------------------------------------------------------------
     def processes(self) -> list[ProcessInfo]:
@@ -474,12 +474,14 @@ class GVisorSandbox:
         raw = self._cg.usage()
         return SandboxUsage(**{k: v for k, v in raw.items() if k in SandboxUsage.model_fields})
 
-    def full_places(self) -> list[str]:
-        full = []
+    def full_places(self) -> dict[str, str]:
+        full = {}
         for inside, host in (("/workdir", self.places.workdir), ("/tmp", self.places.tmp), ("/dev/shm", self.places.shm)):
             st = os.statvfs(host)
-            if st.f_bavail == 0 or st.f_favail == 0:
-                full.append(inside)
+            if st.f_bavail == 0:
+                full[inside] = "bytes"
+            elif st.f_favail == 0:
+                full[inside] = "inodes"
         return full
 
     def network_counters(self) -> dict[str, int]:
@@ -527,14 +529,14 @@ class GVisorSandbox:
         if self.places.root.exists():
             shutil.rmtree(self.places.root)
 
-    def __enter__(self) -> GVisorSandbox:
+    def __enter__(self) -> GvisorSandbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class GVisorBackend:
+class GvisorBackend:
     """Makes gVisor sandboxes."""
 
     name = "gvisor"
@@ -550,7 +552,7 @@ class GVisorBackend:
         *,
         require: Iterable[str] | None = None,
         allow_degraded: bool = False,
-    ) -> GVisorSandbox:
+    ) -> GvisorSandbox:
         from .gvisor_confinement import DEFAULT_REQUIRED
 
         require_host()
@@ -559,6 +561,9 @@ class GVisorBackend:
         spec = spec or SandboxSpec()
         self.reclaim_stale_once()
         report = self.machine_confinement()
+        broken = report.get("sandbox")
+        if broken is not None:
+            raise SandboxUnavailable(f"the gvisor runtime cannot start here: {broken.detail}")
         needed = set(DEFAULT_REQUIRED if require is None else require)
         unknown = needed - {p.name for p in report.protections}
         if unknown:
@@ -567,7 +572,7 @@ class GVisorBackend:
         if lacking and not allow_degraded:
             details = "; ".join(f"{n}: {report.get(n).detail}" for n in lacking)  # type: ignore[union-attr]
             raise ConfinementError(f"gvisor does not enforce {', '.join(lacking)} here ({details}); run `proctor check confinement --runtime gvisor`")
-        box = GVisorSandbox(spec, report, degraded_ok=bool(lacking))
+        box = GvisorSandbox(spec, report, degraded_ok=bool(lacking))
         try:
             box._build()
         except BaseException:
@@ -578,8 +583,8 @@ class GVisorBackend:
     _reclaimed = False
 
     def reclaim_stale_once(self) -> None:
-        if not GVisorBackend._reclaimed:
-            GVisorBackend._reclaimed = True
+        if not GvisorBackend._reclaimed:
+            GvisorBackend._reclaimed = True
             self.reclaim_stale()
 
     def reclaim_stale(self) -> list[str]:
