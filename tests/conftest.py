@@ -61,26 +61,80 @@ def confinement():
     return report
 
 
+# Modules whose sandbox tests run on every runtime: they set `pytestmark = BOTH_RUNTIMES`.
+BOTH_RUNTIMES = pytest.mark.runtimes("bwrap", "gvisor")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "runtimes(*names): run the module's sandbox tests on each of these runtimes")
+
+
+def pytest_generate_tests(metafunc) -> None:
+    mark = metafunc.definition.get_closest_marker("runtimes")
+    if mark is not None and "runtime" in metafunc.fixturenames:
+        metafunc.parametrize("runtime", mark.args, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def runtime(request) -> str:
+    """The sandbox runtime a test's sandboxes use: bwrap unless its module asks for each."""
+    return getattr(request, "param", "bwrap")
+
+
+@pytest.fixture(scope="session")
+def gvisor_confinement():
+    _require_root()
+    from proctor.sandbox.gvisor_confinement import DEFAULT_REQUIRED, machine_confinement
+
+    report = machine_confinement()
+    lacking = [p for p in report.protections if (p.name in DEFAULT_REQUIRED or p.name == "sandbox") and p.status != "enforced"]
+    if lacking:
+        pytest.exit(f"gVisor confinement probe failed ({[p.model_dump() for p in lacking]}); refusing to run attacks", returncode=3)
+    return report
+
+
+def _create(runtime: str, spec, request):
+    """A sandbox on `runtime`, its confinement proven first (bwrap's by the session fixture)."""
+    if runtime == "bwrap":
+        from proctor.sandbox import Sandbox
+
+        return Sandbox.create(spec)
+    request.getfixturevalue("gvisor_confinement")
+    from proctor.sandbox.backend import get_backend
+
+    return get_backend(runtime).create(spec)
+
+
 def _prove_confined(box) -> None:
     """Check from outside that this sandbox confines: uid dropped, limits in force."""
     from proctor.sandbox.cgroups import _read
 
-    res = box.run(["/usr/bin/id", "-u"], timeout=10)
-    uid = res.text.strip()
+    res = box.run(["/bin/bash", "-c", "id -u; ulimit -u"], timeout=10)
+    uid, nproc = (res.text.split() + ["", ""])[:2]
     if uid != str(box.uid) or uid == "0":
         pytest.exit(f"sandbox runs as uid {uid!r}, not its leased uid {box.uid}; refusing to run attacks", returncode=3)
     cg, limits = box._cg, box.spec.limits
     v2 = cg.layout.version == 2
     mem = _read(cg.dir("memory") / ("memory.max" if v2 else "memory.limit_in_bytes")).strip()
     pids = _read(cg.dir("pids") / "pids.max").strip()
-    if mem != str(limits.memory_bytes) or pids != str(limits.pids):
+    want_pids = str(limits.pids)
+    if getattr(box, "backend", "bwrap") == "gvisor":
+        # gVisor counts the student's processes itself (RLIMIT_NPROC); the host cgroup counts the
+        # sentry's threads, with headroom above the student's share (proctor/sandbox/gvisor.py).
+        from proctor.sandbox.gvisor import HOST_THREAD_HEADROOM
+
+        want_pids = str(limits.pids + HOST_THREAD_HEADROOM)
+        if nproc != str(limits.pids):
+            pytest.exit(f"gVisor sandbox has RLIMIT_NPROC {nproc!r}, not {limits.pids}; refusing to run attacks", returncode=3)
+    if mem != str(limits.memory_bytes) or pids != want_pids:
         pytest.exit(f"sandbox limits not in force (memory {mem}, pids {pids}); refusing to run attacks", returncode=3)
 
 
 @pytest.fixture
-def make_sandbox(confinement) -> Iterator[Callable[..., object]]:
-    """make_sandbox(spec=None, **limit_overrides) -> a proven, live Sandbox, closed after the test."""
-    from proctor.sandbox import Sandbox, SandboxLimits, SandboxSpec
+def make_sandbox(confinement, runtime, request) -> Iterator[Callable[..., object]]:
+    """make_sandbox(spec=None, **limit_overrides) -> a proven, live sandbox on the test's runtime,
+    closed after the test."""
+    from proctor.sandbox import SandboxLimits, SandboxSpec
 
     boxes = []
 
@@ -88,7 +142,7 @@ def make_sandbox(confinement) -> Iterator[Callable[..., object]]:
         spec = spec or SandboxSpec()
         if limits:
             spec = spec.model_copy(update={"limits": SandboxLimits(**{**spec.limits.model_dump(), **limits})})
-        box = Sandbox.create(spec)
+        box = _create(runtime, spec, request)
         boxes.append(box)
         _prove_confined(box)
         return box
@@ -99,11 +153,11 @@ def make_sandbox(confinement) -> Iterator[Callable[..., object]]:
 
 
 @pytest.fixture(scope="module")
-def module_sandbox(confinement):
+def module_sandbox(confinement, runtime, request):
     """One proven sandbox shared by a module's tests (for tests that only need a live student)."""
-    from proctor.sandbox import Sandbox
+    from proctor.sandbox import SandboxSpec
 
-    box = Sandbox.create()
+    box = _create(runtime, SandboxSpec(), request)
     try:
         _prove_confined(box)
         yield box
@@ -114,3 +168,17 @@ def module_sandbox(confinement):
 @pytest.fixture
 def sandbox(make_sandbox):
     return make_sandbox()
+
+
+def student_processes(box) -> list[int]:
+    """Ids of the student's processes now, in the runtime's own numbering: host pids in bwrap's
+    cgroup, gVisor's pids from `runsc ps` (the host cgroup there holds the sentry instead)."""
+    if getattr(box, "backend", "bwrap") == "gvisor":
+        return [p.pid for p in box.processes()]
+    return box._cg.pids()
+
+
+def usage(box, name: str) -> int:
+    """One counter of box.usage(), a dict (bwrap today) or a SandboxUsage (the seam's protocol)."""
+    got = box.usage()
+    return got[name] if isinstance(got, dict) else getattr(got, name)

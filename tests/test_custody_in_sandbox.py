@@ -10,6 +10,9 @@ import pytest
 
 from proctor.custody import CustodyLimits, custody_point
 from proctor.sandbox import procfs
+from conftest import BOTH_RUNTIMES, student_processes, usage  # noqa: E402
+
+pytestmark = BOTH_RUNTIMES
 
 SECRET = "hidden-answer-31337"
 

@@ -8,6 +8,9 @@ import threading
 import time
 
 from proctor.sandbox.models import MiB
+from conftest import BOTH_RUNTIMES, student_processes, usage  # noqa: E402
+
+pytestmark = BOTH_RUNTIMES
 
 PY = "/usr/bin/python3"
 

@@ -8,6 +8,9 @@ import pytest
 
 from proctor.sandbox import procfs
 from proctor.sandbox.reaper import reap_until_empty
+from conftest import BOTH_RUNTIMES, student_processes, usage  # noqa: E402
+
+pytestmark = BOTH_RUNTIMES
 
 PY = "/usr/bin/python3"
 
