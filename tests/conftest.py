@@ -121,9 +121,9 @@ def _prove_confined(box) -> None:
     if getattr(box, "backend", "bwrap") == "gvisor":
         # gVisor counts the student's processes itself (RLIMIT_NPROC); the host cgroup counts the
         # sentry's threads, with headroom above the student's share (proctor/sandbox/gvisor.py).
-        from proctor.sandbox.gvisor import HOST_THREAD_HEADROOM
+        from proctor.sandbox.gvisor import host_pids_max
 
-        want_pids = str(limits.pids + HOST_THREAD_HEADROOM)
+        want_pids = str(host_pids_max(limits.pids))
         if nproc != str(limits.pids):
             pytest.exit(f"gVisor sandbox has RLIMIT_NPROC {nproc!r}, not {limits.pids}; refusing to run attacks", returncode=3)
     if mem != str(limits.memory_bytes) or pids != want_pids:

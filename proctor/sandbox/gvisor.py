@@ -52,9 +52,17 @@ from .view import ETC_ALLOWLIST, SYSTEM_DIRS, Places, check_trusted_dirs, identi
 RUNSC_ENV = "PROCTOR_RUNSC"  # a runsc to use instead of the one from the OS packages
 RUNSC_CANDIDATES = ("/usr/bin/runsc", "/usr/local/bin/runsc", "/usr/sbin/runsc")
 PLATFORM = "ptrace"
-# Host threads of one idle sandbox (sentry and gofer Go runtimes, ptrace stubs) plus a margin;
-# added to the host pids.max so the backstop stops a runaway sentry, not an honest student.
+# The host's pids.max for a sandbox allowed `pids` student processes: a backstop that stops a
+# runaway sentry, never the student's share. Under the ptrace platform each student process is a
+# stub process on the host, and each sentry thread that runs a task traces its own thread in
+# that stub: host threads grow faster than the student's processes (a 64-process fork bomb
+# passed 576 host threads and the sentry, refused a thread, died).
+HOST_THREADS_PER_PROCESS = 32
 HOST_THREAD_HEADROOM = 512
+
+
+def host_pids_max(pids: int) -> int:
+    return min(4 * 1024 * 1024, pids * HOST_THREADS_PER_PROCESS + HOST_THREAD_HEADROOM)
 _RUNSC_TIMEOUT_S = 30.0
 # The container's init: root inside gVisor with no capabilities (the student cannot signal it),
 # reaping every orphan re-parented to it, so a killed command's children leave no zombie that
@@ -209,8 +217,9 @@ class GvisorSandbox:
         tmpfs.mount_tmpfs(self.places.tmp, size=limits.tmp_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
         tmpfs.mount_tmpfs(self.places.shm, size=limits.shm_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
         # The host backstop: memory and CPU exactly as asked; threads with the sentry's headroom.
-        self._cg.create(limits.model_copy(update={"pids": min(65536, limits.pids + HOST_THREAD_HEADROOM)}))
-        self._cg.make_child("runsc")  # v2: no process may sit in a group that has children
+        self._cg.create(limits.model_copy(update={"pids": host_pids_max(limits.pids)}))
+        if self._cg.layout.version == 2:
+            self._cg.make_child("runsc")  # v2: no process may sit in a group that has children
         self._env = student_env(self.runtime, spec.env)
         self._write_bundle()
 
@@ -259,7 +268,9 @@ class GvisorSandbox:
                     point.touch(mode=0o644)
                 else:
                     point.mkdir(parents=True, exist_ok=True, mode=0o755)
-        cgroup = self._cg.dir("memory") / "runsc"
+        # The cgroup is ours: on v1 its own directories, whose counters (oom kills) are local;
+        # on v2 a child of it, since v2 lets no process sit in a group that has children.
+        cgroup = self._cg.dir("memory") / ("runsc" if self._cg.layout.version == 2 else "")
         config = {
             "ociVersion": "1.0.0",
             "process": {
@@ -306,6 +317,13 @@ class GvisorSandbox:
             self.kill_all()
             raise
         self._running = True
+
+    def _container_alive(self) -> bool:
+        res = runsc(self._root, "state", self.id, check=False)
+        try:
+            return res.returncode == 0 and json.loads(res.stdout).get("status") == "running"
+        except ValueError:
+            return False
 
     def _exec_argv(self, argv: Sequence[str], cwd: str, pid_file: Path) -> list[str]:
         spec = _process_spec(argv, self.uid, self._env, cwd, self.spec.limits.pids)
@@ -365,6 +383,12 @@ class GvisorSandbox:
             code = proc.wait()
         # runsc exec reports a signal death as 128+n (its own exit status is never a signal).
         signal = code - 128 if 128 < code < 160 else (-code if code < 0 else None)
+        if code == 128 and not self._container_alive():
+            # The container died under the command: the host OOM killer took the sentry at the
+            # memory limit (the only host process that grows with the student's memory). For
+            # the student that is SIGKILL of everything it ran; the next command starts afresh.
+            self.kill_all()
+            signal = 9
         return ExecResult(
             argv=tuple(argv),
             exit_code=None if signal else code,

@@ -82,7 +82,7 @@ def runsc_version(path: str) -> str:
 def probe() -> ConfinementReport:
     """Build a probe gVisor sandbox and report, protection by protection, what it enforced."""
     require_host()
-    from .gvisor import HOST_THREAD_HEADROOM, PLATFORM, GvisorSandbox, runsc_path
+    from .gvisor import PLATFORM, GvisorSandbox, host_pids_max, runsc_path
 
     try:
         path = runsc_path()
@@ -133,9 +133,9 @@ def probe() -> ConfinementReport:
             _p("memory_limit", mem == str(PROBE_LIMITS.memory_bytes),
                f"cgroup v{v} memory controller around the sentry and gofer (the host tmpfs places are charged to it too)"),
             _p("no_swap", memsw_ok or swap == 0, "memory+swap limit" if memsw_ok else "host has no swap", f"host swap {swap // MiB} MiB"),
-            _p("pids_limit", seen["nproc"] == PROBE_LIMITS.pids and host_pids == str(PROBE_LIMITS.pids + HOST_THREAD_HEADROOM),
+            _p("pids_limit", seen["nproc"] == PROBE_LIMITS.pids and host_pids == str(host_pids_max(PROBE_LIMITS.pids)),
                "RLIMIT_NPROC inside gVisor (its own count of the student's processes), and the cgroup's pids.max as a "
-               f"host backstop on the sentry's threads ({HOST_THREAD_HEADROOM} above the student's share)",
+               "host backstop on the sentry's and its ptrace stubs' threads, far above what the student's share needs",
                f"RLIMIT_NPROC {seen['nproc']}, host pids.max {host_pids}"),
             _p("cpu_quota", cpu == str(int(PROBE_LIMITS.cpus * 100_000)), f"cgroup v{v} CFS quota around the sentry"),
             _p("freezer", (cg / "cgroup.freeze").exists() if v == 2 else True,
