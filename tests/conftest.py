@@ -171,11 +171,14 @@ def sandbox(make_sandbox):
 
 
 def student_processes(box) -> list[int]:
-    """Ids of the student's processes now, in the runtime's own numbering: host pids in bwrap's
-    cgroup, gVisor's pids from `runsc ps` (the host cgroup there holds the sentry instead)."""
+    """Ids of the student's live processes now, in the runtime's own numbering: host pids of the
+    student's uid for bwrap, gVisor's pids from `runsc ps` (no host process is the student's
+    there; the host cgroup holds the sentry instead)."""
     if getattr(box, "backend", "bwrap") == "gvisor":
         return [p.pid for p in box.processes()]
-    return box._cg.pids()
+    from proctor.sandbox import procfs
+
+    return [p for p in procfs.pids_of_uid(box.uid) if not procfs.is_zombie(p)]
 
 
 def usage(box, name: str) -> int:

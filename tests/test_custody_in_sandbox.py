@@ -42,11 +42,16 @@ def test_a_symlinked_parent_directory_is_refused(sandbox, dest):
     assert point.report.items[0].misbehaviour == "submission_symlink"
 
 
-def test_a_fifo_answer_scores_zero_without_hanging(sandbox, dest):
-    sandbox.run("mkfifo /workdir/answer.txt")
+def test_a_fifo_answer_scores_zero_without_hanging(sandbox, dest, runtime):
+    assert sandbox.run("mkfifo /workdir/answer.txt && echo made").text == "made\n"
     start = time.monotonic()
     point = custody_point(sandbox, ["answer.txt"], dest)
     assert time.monotonic() - start < 5
+    if runtime == "gvisor":
+        # gVisor keeps a named pipe in its own kernel: the host's /workdir never holds one, and
+        # custody finds no answer (scores nothing, as the special file would).
+        assert point.report.items[0].status == "missing"
+        return
     assert point.report.items[0].misbehaviour == "submission_special_file"
 
 

@@ -190,6 +190,7 @@ class GvisorSandbox:
         self._lease: UidLease | None = None
         self._cg = SandboxCgroup(self.id)
         self._running = False
+        self._spawned: list[GvisorProcess] = []
         self._closed = False
         root = state_dir("sandboxes") / self.id
         self.places = Places(root, root / "view", root / "workdir", root / "tmp", root / "shm")
@@ -375,7 +376,7 @@ class GvisorSandbox:
         out, err = HeadTail(half, output_cap - half), HeadTail(half, output_cap - half)
         timed_out = _pump(proc, input, out, err, deadline=start + timeout)
         if timed_out:
-            self._kill_tree(inner)
+            self._kill_tree(inner, orphans=True)
         try:
             code = proc.wait(timeout=5.0)
         except subprocess.TimeoutExpired:  # runsc exec itself hung: the command is dead anyway
@@ -404,7 +405,9 @@ class GvisorSandbox:
     def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> GvisorProcess:
         """Start a long-running student process with stdin/stdout/stderr pipes."""
         proc, inner = self._start(list(argv), cwd, stdin=subprocess.PIPE)
-        return GvisorProcess(proc, inner, self)
+        spawned = GvisorProcess(proc, inner, self)
+        self._spawned = [s for s in self._spawned if s.alive()] + [spawned]
+        return spawned
 
     # -- processes -------------------------------------------------------------------------------
     def processes(self) -> list[ProcessInfo]:
@@ -439,15 +442,21 @@ class GvisorSandbox:
         finally:
             path.unlink()
 
-    def _kill_tree(self, root: int) -> None:
+    def _kill_tree(self, root: int, *, orphans: bool = False) -> None:
         """Kill `root` and every descendant until none is left. Every process ever seen in the
         tree stays a target, so a child re-parented to init when its parent died is still
-        found (a fork loop races each round)."""
+        found (a fork loop races each round). With `orphans`, also every process re-parented to
+        the anchor that was born after `root` (gVisor numbers processes in order) and is not in
+        a live spawned process's tree: what `(sleep &)` or a double fork leaves, which bwrap
+        catches in the command's own cgroup."""
         targets = {root}
         end = time.monotonic() + 5.0
         while time.monotonic() < end:
             procs = self.processes()
             targets |= {p.pid for p in _tree(procs, root)}
+            if orphans:
+                others = {q.pid for s in self._spawned if s.alive() and s._root != root for q in _tree(procs, s._root)}
+                targets |= {p.pid for p in procs if p.ppid == 1 and p.pid > root and p.pid not in others}
             changed = True
             while changed:
                 before = len(targets)
