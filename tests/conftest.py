@@ -61,20 +61,50 @@ def confinement():
     return report
 
 
+def _sandbox_cgroup_file(box, controller: str, name: str) -> str:
+    """Read a limit file of the sandbox's own cgroup, found the way the kernel places its
+    processes (/proc/PID/cgroup of one of them), not through the sandbox's own bookkeeping."""
+    from pathlib import Path
+
+    for info in box.processes():
+        try:
+            lines = Path(f"/proc/{info.pid}/cgroup").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if controllers and controller not in controllers.split(","):
+                continue
+            parts = path.split("/")
+            if box.id not in parts:
+                continue
+            where = "/".join(parts[: parts.index(box.id) + 1])
+            base = Path("/sys/fs/cgroup") if not controllers else Path("/sys/fs/cgroup") / controller
+            return (base / where.lstrip("/") / name).read_text().strip()
+    return "?"
+
+
 def _prove_confined(box) -> None:
     """Check from outside that this sandbox confines: uid dropped, limits in force."""
-    from proctor.sandbox.cgroups import _read
-
     res = box.run(["/usr/bin/id", "-u"], timeout=10)
     uid = res.text.strip()
     if uid != str(box.uid) or uid == "0":
         pytest.exit(f"sandbox runs as uid {uid!r}, not its leased uid {box.uid}; refusing to run attacks", returncode=3)
-    cg, limits = box._cg, box.spec.limits
-    v2 = cg.layout.version == 2
-    mem = _read(cg.dir("memory") / ("memory.max" if v2 else "memory.limit_in_bytes")).strip()
-    pids = _read(cg.dir("pids") / "pids.max").strip()
+    limits = box.spec.limits
+    v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+    mem = _sandbox_cgroup_file(box, "memory", "memory.max" if v2 else "memory.limit_in_bytes")
+    pids = _sandbox_cgroup_file(box, "pids", "pids.max")
     if mem != str(limits.memory_bytes) or pids != str(limits.pids):
         pytest.exit(f"sandbox limits not in force (memory {mem}, pids {pids}); refusing to run attacks", returncode=3)
+
+
+@pytest.fixture
+def host_processes_of() -> Callable[[int], list[int]]:
+    """host_processes_of(uid) -> live host processes of that uid, wherever they are (a check
+    from outside the sandbox that nothing escaped its cgroup or namespace)."""
+    from proctor.sandbox import procfs
+
+    return lambda uid: [p for p in procfs.pids_of_uid(uid) if not procfs.is_zombie(p)]
 
 
 @pytest.fixture

@@ -120,8 +120,8 @@ def test_closing_mid_episode_tears_the_sandbox_down_and_writes_an_abandoned_resu
     basics.reset(task="write-42")
     basics.step(Action(tool="bash", arguments={"command": "sleep 300 & echo started"}))
     box = basics.box
-    root = box.places.root
-    assert root.exists() and box.student_processes()
+    root = box.workdir
+    assert root.exists() and [p for p in box.processes() if p.uid == box.uid and not p.zombie]
     result = basics.close("the client disconnected")
     assert result.status == "abandoned" and result.reward == 0.0 and result.steps[0].ended_by == "abandoned"
     assert "the client disconnected" in " ".join(result.errors)

@@ -41,11 +41,11 @@ def test_every_reaping_case_ends_with_zero_processes(make_sandbox, attack):
     box = make_sandbox(pids=128)
     box.spawn(ATTACKS[attack])
     time.sleep(0.5)
-    assert len(box._cg.pids()) > 2, "the attack did not start"
+    assert len(box.processes()) > 2, "the attack did not start"
     report = box.kill_all(deadline_s=10)
     assert report.empty, report
     assert report.duration_s < 10
-    assert box._cg.pids() == []
+    assert box.processes() == []
     assert [p for p in procfs.pids_of_uid(box.uid) if not procfs.is_zombie(p)] == []
     # The sandbox is usable again and the workdir survived.
     assert box.run("echo again").text == "again\n"
