@@ -141,6 +141,15 @@ def module_sandbox(confinement):
         box.close()
 
 
+@pytest.fixture(scope="session")
+def fake_backend():
+    """The fake backend (proctor/sandbox/fake.py): confines nothing, needs no root. For tests of
+    the layers above the sandbox only; every confinement test uses the real fixtures above."""
+    from proctor.sandbox import get_backend
+
+    return get_backend("fake", allow_fake=True)
+
+
 @pytest.fixture
 def sandbox(make_sandbox):
     return make_sandbox()
