@@ -19,15 +19,15 @@ Episode (`Episode(..., backend=...)`)."""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import secrets
 import shutil
 import signal
 import stat
 import subprocess
-import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -42,11 +42,12 @@ from .environment import student_env
 from .models import ConfinementReport, ExecResult, KillReport, Protection, ResourceUsage, SandboxSpec
 from .runtime import default_runtime
 from .syscall_attempts import SyscallAttempt
-from .fake_paths import inward, outward
+from .fake_paths import inward, outward, relay
 
 _MARK = "PROCTOR_FAKE_SANDBOX"
 _GROUP = "PROCTOR_FAKE_GROUP"
-_RELAY = Path(__file__).with_name("fake_paths.py")
+# tmpfs when there is one: the fake's directories are made and removed for every test.
+_BASE = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 def _report() -> ConfinementReport:
@@ -62,10 +63,15 @@ def _marked(marker: bytes) -> list[int]:
     found = []
     for pid in procfs.pids():
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
+            fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY)
         except OSError:
             continue
+        try:
+            env = os.read(fd, 1 << 20)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
         padded = b"\0" + env
         if b"\0" + marker + b"\0" in padded or padded.endswith(b"\0" + marker):
             found.append(pid)
@@ -108,7 +114,7 @@ def _kill(pids: Iterable[int], still_member) -> int:
 
 
 class FakeProcess:
-    """A long-running command behind the path-rewriting relay (fake_paths.py)."""
+    """A long-running command whose pipes pass through a path-rewriting relay thread."""
 
     def __init__(self, popen: subprocess.Popen, group: bytes) -> None:
         self.popen = popen
@@ -125,10 +131,7 @@ class FakeProcess:
         return _marked(self._group)
 
     def root(self) -> int | None:
-        for info in self.processes():
-            if procfs.ppid_of(info.pid) == self.popen.pid and not info.zombie:
-                return info.pid
-        return None
+        return self.popen.pid if self.alive() else None
 
     def processes(self) -> list[ProcessInfo]:
         return _infos(self._pids())
@@ -138,12 +141,33 @@ class FakeProcess:
 
     def kill_tree(self) -> None:
         end = time.monotonic() + 5.0
-        while (left := self._pids()) and time.monotonic() < end:
+        while (left := [p for p in self._pids() if not procfs.is_zombie(p)]) and time.monotonic() < end:
             _kill(left, self._pids)
-            time.sleep(0.002)
-        if self.popen.poll() is None:
-            self.popen.kill()
+            time.sleep(0.001)
         self.popen.wait()
+
+
+def _relayed(child: subprocess.Popen, places: dict[str, str]) -> subprocess.Popen:
+    """Put a rewriting relay between `child`'s pipes and the ones its caller sees."""
+    assert child.stdin and child.stdout and child.stderr
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    inner = {in_r: child.stdin, child.stdout.fileno(): child.stdout, child.stderr.fileno(): child.stderr}
+    routes = {in_r: (child.stdin.fileno(), inward(places)), child.stdout.fileno(): (out_w, outward(places)),
+              child.stderr.fileno(): (err_w, outward(places))}
+    ends = {in_r: in_r, child.stdout.fileno(): out_w, child.stderr.fileno(): err_w}
+
+    def on_eof(src: int) -> None:
+        stream, end = inner[src], ends[src]
+        with contextlib.suppress(OSError):
+            stream.close()
+        with contextlib.suppress(OSError):
+            os.close(end)
+
+    threading.Thread(target=relay, args=(routes, on_eof), name="proctor-fake-relay", daemon=True).start()
+    child.stdin, child.stdout, child.stderr = open(in_w, "wb", buffering=0), open(out_r, "rb"), open(err_r, "rb")
+    return child
 
 
 class FakeSandbox:
@@ -157,7 +181,7 @@ class FakeSandbox:
         self.confinement = _report()
         self.id = f"fake-{secrets.token_hex(6)}"
         self.python_runtime = spec.runtime or default_runtime()
-        self._root = Path(tempfile.mkdtemp(prefix=f"proctor-{self.id}-"))
+        self._root = Path(tempfile.mkdtemp(prefix=f"proctor-{self.id}-", dir=_BASE))
         self._places = {"/workdir": str(self._root / "workdir"), "/tmp": str(self._root / "tmp"),
                         "/dev/shm": str(self._root / "shm")}
         for path in self._places.values():
@@ -226,13 +250,13 @@ class FakeSandbox:
 
     def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> FakeProcess:
         env, group = self._group_env()
-        relay_env = {k: v for k, v in env.items() if k not in (_MARK, _GROUP)}
-        # The relay itself carries no marker: it is the harness's plumbing, not a student process.
-        wrapper = [sys.executable, "-I", "-S", str(_RELAY), json.dumps(self._places), "--",
-                   "/usr/bin/env", f"{_MARK}={env[_MARK]}", f"{_GROUP}={env[_GROUP]}", *argv]
-        popen = subprocess.Popen(wrapper, env=relay_env, cwd=self._host_cwd(cwd), stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        return FakeProcess(popen, group)
+        into = inward(self._places)
+        try:
+            child = subprocess.Popen([into.all(a.encode()).decode() for a in argv], env=env, cwd=self._host_cwd(cwd),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise SandboxError(f"sandbox {self.id}: could not start {argv[0]}: {exc.strerror}") from None
+        return FakeProcess(_relayed(child, self._places), group)
 
     def kill_all(self, deadline_s: float = 5.0) -> KillReport:
         start = time.monotonic()

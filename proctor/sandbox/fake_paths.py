@@ -2,18 +2,15 @@
 are directories of a host temp dir, so the fake rewrites those paths in what goes into a command
 (its argv, its stdin) and rewrites the host paths back in what comes out.
 
-Standard library only: it also runs as a relay process (`python3 -I -S fake_paths.py MAP -- ARGV`)
-between a long-running command's pipes and the caller's, rewriting as the bytes flow. The fake
-confines nothing; this only lets tests written against the real sandbox's paths run on it."""
+For a long-running command, `relay` (run in a thread) sits between its pipes and the caller's and
+rewrites as the bytes flow. The fake confines nothing; this only lets tests written against the
+real sandbox's paths run on it."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import selectors
-import subprocess
-import sys
 
 # A sandbox path is recognised only as a whole path component at the start of a path: not
 # inside a longer word or path (`/x/workdir`, `/workdirs`).
@@ -46,6 +43,10 @@ class Rewriter:
         self._held = data[len(data) - keep :] if keep else b""
         return self.all(data[: len(data) - keep])
 
+    @property
+    def pending(self) -> bool:
+        return bool(self._held)
+
     def flush(self) -> bytes:
         data, self._held = self._held, b""
         return self.all(data)
@@ -61,39 +62,34 @@ def outward(places: dict[str, str]) -> Rewriter:
     return Rewriter({v.encode(): k.encode() for k, v in places.items()})
 
 
-def _relay(places: dict[str, str], argv: list[str]) -> int:
-    """Run argv with its streams rewritten; exit as it exits."""
-    into = inward(places)
-    child = subprocess.Popen([into.all(a.encode()).decode() for a in argv], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def relay(routes: dict[int, tuple[int, Rewriter]], on_eof) -> None:
+    """Copy each source fd to its destination fd through its rewriter until every source is at
+    EOF (a thread of the fake's spawned processes). `on_eof(src)` closes what depends on it."""
     sel = selectors.DefaultSelector()
-    routes = {0: (child.stdin.fileno(), into), child.stdout.fileno(): (1, outward(places)),  # type: ignore[union-attr]
-              child.stderr.fileno(): (2, outward(places))}  # type: ignore[union-attr]
     for fd in routes:
         sel.register(fd, selectors.EVENT_READ)
-    while routes:
-        ready = sel.select(_QUIET_S)
-        if not ready:
-            for _src, (dst, rw) in routes.items():
-                _write(dst, rw.flush())
-            continue
-        for key, _ in ready:
-            dst, rw = routes[key.fd]
-            try:
-                chunk = os.read(key.fd, 1 << 16)
-            except OSError:
-                chunk = b""
-            if chunk:
-                _write(dst, rw.feed(chunk))
+    try:
+        while routes:
+            ready = sel.select(_QUIET_S if any(rw.pending for _, rw in routes.values()) else None)
+            if not ready:
+                for dst, rw in routes.values():
+                    _write(dst, rw.flush())
                 continue
-            _write(dst, rw.flush())
-            sel.unregister(key.fd)
-            del routes[key.fd]
-            if key.fd == 0:
-                child.stdin.close()  # type: ignore[union-attr]
-        if child.poll() is not None and 0 in routes and len(routes) == 1:
-            break
-    return child.wait()
+            for key, _ in ready:
+                dst, rw = routes[key.fd]
+                try:
+                    chunk = os.read(key.fd, 1 << 16)
+                except OSError:
+                    chunk = b""
+                if chunk:
+                    _write(dst, rw.feed(chunk))
+                    continue
+                _write(dst, rw.flush())
+                sel.unregister(key.fd)
+                del routes[key.fd]
+                on_eof(key.fd)
+    finally:
+        sel.close()
 
 
 def _write(fd: int, data: bytes) -> None:
@@ -101,9 +97,4 @@ def _write(fd: int, data: bytes) -> None:
         while data:
             data = data[os.write(fd, data) :]
     except OSError:
-        pass
-
-
-if __name__ == "__main__":
-    sep = sys.argv.index("--")
-    sys.exit(_relay(json.loads(sys.argv[1]), sys.argv[sep + 1 :]))
+        pass  # the reader is gone: what it would have read has nowhere to go
