@@ -9,8 +9,7 @@ import time
 import pytest
 
 from proctor.custody import CustodyLimits, custody_point
-from proctor.sandbox import procfs
-from conftest import BOTH_RUNTIMES, student_processes, usage  # noqa: E402
+from conftest import BOTH_RUNTIMES, student_processes  # noqa: E402
 
 pytestmark = BOTH_RUNTIMES
 
@@ -76,13 +75,13 @@ def test_a_hard_link_to_a_file_the_student_does_not_own_is_refused_or_impossible
     assert item.status == "missing" or item.misbehaviour == "submission_hardlink"
 
 
-def test_a_setsid_daemon_cannot_rewrite_the_answer_after_the_student_is_done(sandbox, dest):
+def test_a_setsid_daemon_cannot_rewrite_the_answer_after_the_student_is_done(sandbox, dest, host_processes_of):
     sandbox.run("echo 1 > /workdir/answer.txt; setsid sh -c 'while :; do echo 999 > /workdir/answer.txt; "
                 "ln -sf /etc/passwd /workdir/answer.txt; done' >/dev/null 2>&1 &")
     time.sleep(0.2)
     point = custody_point(sandbox, ["answer.txt"], dest)
     assert point.kill.empty and point.kill.killed >= 1
-    assert [p for p in procfs.pids_of_uid(sandbox.uid) if not procfs.is_zombie(p)] == []
+    assert host_processes_of(sandbox.uid) == []
     # Whatever the daemon left is now frozen in time: either a regular answer or a refused link.
     item = point.report.items[0]
     assert item.status == "copied" or item.misbehaviour == "submission_symlink"
@@ -124,11 +123,11 @@ def test_unreapable_processes_mean_nothing_is_graded(sandbox, dest, monkeypatch)
     assert not dest.exists()
 
 
-def test_the_workdir_survives_a_custody_point_but_no_process_does(sandbox, dest):
+def test_the_workdir_survives_a_custody_point_but_no_process_does(sandbox, dest, host_processes_of):
     sandbox.run("echo 42 > /workdir/answer.txt; sleep 1000 &")
     point = custody_point(sandbox, ["answer.txt"], dest)
     assert point.gradable and (dest / "answer.txt").read_text() == "42\n"
-    assert [p for p in procfs.pids_of_uid(sandbox.uid) if not procfs.is_zombie(p)] == []
+    assert host_processes_of(sandbox.uid) == []
     assert sandbox.run("cat /workdir/answer.txt; pgrep -c -U $(id -u) sleep || true").text.split() == ["42", "0"]
 
 

@@ -426,6 +426,11 @@ class GvisorSandbox:
             found.append(ProcessInfo(pid=int(cols[1]), ppid=int(cols[2]), uid=int(cols[0]), command=cols[7][:200]))
         return found
 
+    def host_pids(self) -> list[int]:
+        """Host processes that carry this sandbox (the sentry, its gofer, the ptrace stubs), for
+        proofs from outside such as which cgroup holds them; never ids of student processes."""
+        return self._cg.pids()
+
     def _kill_ids(self, pids: Iterable[int]) -> None:
         """SIGKILL these gVisor pids in one exec: a root process inside with CAP_KILL alone.
         Not as the student, whose RLIMIT_NPROC a fork bomb has used up."""
