@@ -1,0 +1,100 @@
+"""What only the gVisor runtime has to prove: a clear failure without a working runsc, what its
+confinement report says, kill_all's proof and a teardown that leaves nothing, and a whole rollout
+(the oracle scores 1). The isolation, limits, custody and reaping suites run on it too, through
+the `runtime` parametrisation in conftest.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import _require_root
+
+pytestmark = pytest.mark.runtimes("gvisor")  # make_sandbox gives gVisor sandboxes here
+
+ROOT = Path(__file__).resolve().parents[1]
+PROCTOR = [sys.executable, "-m", "proctor.cli"]
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*PROCTOR, *args], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env={**os.environ, **(env or {})})
+
+
+def test_check_confinement_fails_in_one_line_without_runsc(tmp_path):
+    _require_root()
+    for bogus, says in ((str(tmp_path / "no-runsc"), "not found"), ("/bin/false", "not a working runsc")):
+        res = _cli("check", "confinement", "--runtime", "gvisor", env={"PROCTOR_RUNSC": bogus})
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert "Traceback" not in res.stdout + res.stderr
+        assert says in res.stdout + res.stderr and "sandbox" in res.stdout
+
+
+def test_creating_a_gvisor_sandbox_without_runsc_is_one_clear_error(tmp_path):
+    _require_root()
+    code = (
+        "from proctor.sandbox import get_backend\n"
+        "from proctor.errors import ProctorError\n"
+        "try:\n"
+        "    get_backend('gvisor').create()\n"
+        "except ProctorError as exc:\n"
+        "    print('ERROR', exc)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "PROCTOR_RUNSC": str(tmp_path / "no-runsc")})
+    assert res.stdout.startswith("ERROR ") and "runsc" in res.stdout and "PROCTOR_RUNSC" in res.stdout, res.stdout + res.stderr
+    assert len(res.stdout.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+
+
+def test_check_confinement_says_what_gvisor_adds_and_lacks():
+    _require_root()
+    res = _cli("check", "confinement", "--runtime", "gvisor", "--json")
+    import json
+
+    report = json.loads(res.stdout)
+    status = {p["name"]: p["status"] for p in report["protections"]}
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert status["user_space_kernel"] == "enforced"
+    assert status["hardware_isolation"] == "degraded"  # ptrace platform: no KVM here
+    assert status["syscall_filter"] == "degraded"  # refused by the sentry, not recorded
+    assert status["device_passthrough"] == "missing"
+    for name in ("uid_isolation", "no_new_privs", "network_namespace", "memory_limit", "pids_limit", "cpu_quota", "disk_quota"):
+        assert status[name] == "enforced", name
+
+
+def test_kill_all_proves_the_container_gone_and_close_leaves_nothing(make_sandbox, runtime):
+    assert runtime == "gvisor"
+    from proctor.sandbox import tmpfs, uids
+    from proctor.sandbox.host import state_dir
+
+    box = make_sandbox()
+    box.spawn(["/bin/sh", "-c", "for i in 1 2 3; do (setsid sleep 1000 &) ; done; sleep 1000"])
+    box.run("echo kept > /workdir/a")
+    assert box.processes() and box.host_pids()
+    report = box.kill_all()
+    assert report.empty and report.killed >= 4, report
+    assert box.processes() == [] and box.host_pids() == []  # no student task, no sentry or gofer
+    assert box.run("cat /workdir/a").text == "kept\n"  # a fresh container, the same workdir
+    sandbox_dir = state_dir("sandboxes") / box.id
+    uid = box.uid
+    box.close()
+    assert not sandbox_dir.exists()  # runsc's state, the bundle and the places went with it
+    assert tmpfs.mounts_under(sandbox_dir) == []
+    assert not any(Path(p, "proctor", box.id).exists() for p in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"))
+    assert not (state_dir("uids") / str(uid)).exists() and uids.uid_in_range(uid)
+
+
+def test_the_oracle_scores_one_under_gvisor(tmp_path, gvisor_confinement):
+    from proctor.agents import make_agent
+    from proctor.harness import run_rollout
+    from proctor.sandbox import get_backend
+    from proctor.tasks import load_environment
+
+    env = load_environment(str(ROOT / "examples" / "quarterly_revenue"))
+    task = env.tasks["q3-revenue"]
+    result = run_rollout(task, make_agent("oracle", task), tmp_path, env_dir=env.directory, backend=get_backend("gvisor"))
+    assert result.score == 1.0, result.errors
+    assert not result.misbehaviour
