@@ -26,11 +26,16 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 def test_check_confinement_fails_in_one_line_without_runsc(tmp_path):
     _require_root()
+    import json
+
     for bogus, says in ((str(tmp_path / "no-runsc"), "not found"), ("/bin/false", "not a working runsc")):
         res = _cli("check", "confinement", "--runtime", "gvisor", env={"PROCTOR_RUNSC": bogus})
         assert res.returncode == 1, res.stdout + res.stderr
-        assert "Traceback" not in res.stdout + res.stderr
-        assert says in res.stdout + res.stderr and "sandbox" in res.stdout
+        assert "Traceback" not in res.stdout + res.stderr and "missing: sandbox" in res.stdout
+        res = _cli("check", "confinement", "--runtime", "gvisor", "--json", env={"PROCTOR_RUNSC": bogus})
+        report = json.loads(res.stdout)
+        assert res.returncode == 1 and report["missing"] == ["sandbox"]
+        assert says in report["protections"][0]["detail"] and "\n" not in report["protections"][0]["detail"]
 
 
 def test_creating_a_gvisor_sandbox_without_runsc_is_one_clear_error(tmp_path):
