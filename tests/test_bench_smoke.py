@@ -107,3 +107,11 @@ def test_the_fake_backend_benchmark_runs_and_reports_its_speedup() -> None:
     res = _quick("fake_backend.py")
     for key in ("bwrap_ms", "fake_ms", "speedup"):
         _positive(res, key)
+
+
+@needs_sandbox_host
+def test_the_gvisor_benchmark_runs_and_reports_every_figure() -> None:
+    res = _quick("gvisor.py", timeout=300)
+    for key in ("runsc_do_true_ms", "start_gvisor_ms", "start_bwrap_ms", "rollout_gvisor_ms", "rollout_bwrap_ms",
+                "start_gvisor_vs_runsc_do", "rollout_gvisor_vs_bwrap"):
+        _positive(res, key)
