@@ -7,9 +7,10 @@ import errno
 import os
 import platform
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import ProctorError, SandboxUnavailable
+from ..errors import ConfinementError, ProctorError, SandboxUnavailable
 from . import syscall_filter
 from .cgroups import layout
 from .environment import student_env
@@ -170,6 +171,25 @@ def _syscall_filter(seen: dict[str, str], recorded: list[str]) -> Protection:
     ok = seen.get("Seccomp") == "2" and seen.get("add_key") == f"refused-{errno.EPERM}" and "add_key" in recorded
     return _p("syscall_filter", ok, mechanism,
               f"Seccomp={seen.get('Seccomp')}, add_key as the student: {seen.get('add_key')}, recorded: {', '.join(recorded) or 'nothing'}")
+
+
+def grant(report: ConfinementReport, required: Iterable[str], *, allow_degraded: bool, runtime: str = "bwrap") -> bool:
+    """Check `report` grants every `required` protection; return whether the sandbox is degraded
+    (some required one is not enforced, which only `allow_degraded` lets through). Raises
+    ConfinementError naming each protection that is unknown, or lacking without the opt-out."""
+    needed = set(required)
+    unknown = needed - {p.name for p in report.protections}
+    if unknown:
+        raise ConfinementError(f"unknown protection(s) required under {runtime}: {', '.join(sorted(unknown))}")
+    lacking = sorted(n for n in needed if report.get(n).status != "enforced")  # type: ignore[union-attr]
+    if lacking and not allow_degraded:
+        details = "; ".join(f"{n}: {report.get(n).status} ({report.get(n).detail})" for n in lacking)  # type: ignore[union-attr]
+        check = "proctor check confinement" + ("" if runtime == "bwrap" else f" --runtime {runtime}")
+        raise ConfinementError(
+            f"this machine does not enforce {', '.join(lacking)} under {runtime} ({details}); "
+            f"run `{check}`, or opt out explicitly with allow_degraded=True"
+        )
+    return bool(lacking)
 
 
 def machine_confinement() -> ConfinementReport:

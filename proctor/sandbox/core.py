@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..errors import ConfinementError, SandboxError
+from ..errors import SandboxError
 from . import keyrings, procfs, reclaim, syscall_filter, tmpfs
 from .capture import HeadTail
 from .cgroups import SandboxCgroup
@@ -149,25 +149,15 @@ class Sandbox:
         """Build a sandbox. Fails with ConfinementError naming the protection if this machine
         cannot give one that is required (all default protections unless `require` says
         otherwise), unless `allow_degraded` is set, in which case the grant records the gap."""
-        from .confinement import DEFAULT_REQUIRED, machine_confinement
+        from .confinement import DEFAULT_REQUIRED, grant, machine_confinement
 
         require_host()
         become_subreaper()
         spec = spec or SandboxSpec()
         reclaim.reclaim_once()
         report = machine_confinement()
-        needed = set(DEFAULT_REQUIRED if require is None else require)
-        unknown = needed - {p.name for p in report.protections}
-        if unknown:
-            raise ConfinementError(f"unknown protection(s) required: {', '.join(sorted(unknown))}")
-        lacking = sorted(n for n in needed if report.get(n).status != "enforced")  # type: ignore[union-attr]
-        if lacking and not allow_degraded:
-            details = "; ".join(f"{n}: {report.get(n).status} ({report.get(n).detail})" for n in lacking)  # type: ignore[union-attr]
-            raise ConfinementError(
-                f"this machine does not enforce {', '.join(lacking)} ({details}); "
-                "run `proctor check confinement`, or opt out explicitly with allow_degraded=True"
-            )
-        box = cls(spec, report, degraded_ok=bool(lacking))
+        degraded = grant(report, DEFAULT_REQUIRED if require is None else require, allow_degraded=allow_degraded)
+        box = cls(spec, report, degraded_ok=degraded)
         try:
             box._build()
         except BaseException:
@@ -465,7 +455,7 @@ class Sandbox:
                 errors.append(left)
         if self._syscalls:
             self._syscalls.close()
-        for step in (self._unmount_all, self._cg.remove, self._remove_files):
+        for step in (lambda: tmpfs.remove_tree(self._places.root), self._cg.remove):
             try:
                 step()
             except (SandboxError, OSError) as exc:
@@ -476,14 +466,6 @@ class Sandbox:
             reclaim.unlock(self.id, self._lock_fd)
         if errors:
             raise SandboxError(f"teardown of {self.id} incomplete (reclaim will retry): {'; '.join(errors)}")
-
-    def _unmount_all(self) -> None:
-        for point in tmpfs.mounts_under(self._places.root):
-            tmpfs.unmount(point)
-
-    def _remove_files(self) -> None:
-        if self._places.root.exists():
-            shutil.rmtree(self._places.root)
 
     def __enter__(self) -> Sandbox:
         return self

@@ -34,15 +34,14 @@ from collections.abc import Iterable, Sequence
 from functools import cache
 from pathlib import Path
 
-from ..errors import ConfigError, ConfinementError, SandboxError, SandboxUnavailable
+from ..errors import ConfigError, SandboxError, SandboxUnavailable
 from . import keyrings, procfs, reclaim, tmpfs
 from .backend import ProcessInfo, SandboxUsage
 from .capture import HeadTail
 from .cgroups import SandboxCgroup
 from .core import DEFAULT_OUTPUT_CAP, _pump
 from .environment import student_env, student_path
-from .host import _trusted_binary, binaries, require_host, state_dir
-from .locks import try_lock
+from .host import _trusted_binary, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
 from .ownfs import OwnView
 from .reaper import become_subreaper, reap_until_empty
@@ -546,7 +545,7 @@ class GvisorSandbox:
             left = keyrings.clear_keys(self.uid)
             if left:
                 errors.append(left)
-        for step in (self._unmount_all, self._cg.remove, self._remove_files):
+        for step in (lambda: tmpfs.remove_tree(self.places.root), self._cg.remove):
             try:
                 step()
             except (SandboxError, OSError) as exc:
@@ -557,14 +556,6 @@ class GvisorSandbox:
             reclaim.unlock(self.id, self._lock_fd)
         else:
             raise SandboxError(f"teardown of {self.id} incomplete (reclaim will retry): {'; '.join(errors)}")
-
-    def _unmount_all(self) -> None:
-        for point in tmpfs.mounts_under(self.places.root):
-            tmpfs.unmount(point)
-
-    def _remove_files(self) -> None:
-        if self.places.root.exists():
-            shutil.rmtree(self.places.root)
 
     def __enter__(self) -> GvisorSandbox:
         return self
@@ -590,6 +581,7 @@ class GvisorBackend:
         require: Iterable[str] | None = None,
         allow_degraded: bool = False,
     ) -> GvisorSandbox:
+        from .confinement import grant
         from .gvisor_confinement import DEFAULT_REQUIRED
 
         require_host()
@@ -601,15 +593,8 @@ class GvisorBackend:
         broken = report.get("sandbox")
         if broken is not None:
             raise SandboxUnavailable(f"the gvisor runtime cannot start here: {broken.detail}")
-        needed = set(DEFAULT_REQUIRED if require is None else require)
-        unknown = needed - {p.name for p in report.protections}
-        if unknown:
-            raise ConfinementError(f"unknown protection(s) required under gvisor: {', '.join(sorted(unknown))}")
-        lacking = sorted(n for n in needed if report.get(n).status != "enforced")  # type: ignore[union-attr]
-        if lacking and not allow_degraded:
-            details = "; ".join(f"{n}: {report.get(n).detail}" for n in lacking)  # type: ignore[union-attr]
-            raise ConfinementError(f"gvisor does not enforce {', '.join(lacking)} here ({details}); run `proctor check confinement --runtime gvisor`")
-        box = GvisorSandbox(spec, report, degraded_ok=bool(lacking))
+        degraded = grant(report, DEFAULT_REQUIRED if require is None else require, allow_degraded=allow_degraded, runtime="gvisor")
+        box = GvisorSandbox(spec, report, degraded_ok=degraded)
         try:
             box._build()
         except BaseException:

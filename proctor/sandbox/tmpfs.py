@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import shutil
 from pathlib import Path
 
 from ..errors import SandboxError
@@ -52,3 +53,11 @@ def mounts_under(directory: Path) -> list[Path]:
         if point == str(directory) or point.startswith(prefix):
             found.append(Path(point))
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def remove_tree(directory: Path) -> None:
+    """Unmount everything at or below `directory` (a sandbox's state dir), then delete it."""
+    for point in mounts_under(directory):
+        unmount(point)
+    if directory.exists():
+        shutil.rmtree(directory)
