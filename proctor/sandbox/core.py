@@ -175,11 +175,7 @@ class Sandbox:
         limits = self.spec.limits
         own = OwnView(self._places.view)
         own.build(ETC_ALLOWLIST, identity_files(uid, gid, self.spec.hostname), limits)
-        for path in (self._places.workdir, self._places.tmp, self._places.shm):
-            path.mkdir(mode=0o700, exist_ok=True)
-        tmpfs.mount_tmpfs(self._places.workdir, size=limits.workdir_bytes, inodes=limits.workdir_inodes, uid=uid, gid=gid, mode=0o700)
-        tmpfs.mount_tmpfs(self._places.tmp, size=limits.tmp_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
-        tmpfs.mount_tmpfs(self._places.shm, size=limits.shm_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
+        tmpfs.mount_places(self._places.workdir, self._places.tmp, self._places.shm, limits, uid)
         self._cg.create(limits)
         self._env = student_env(self.python_runtime, self.spec.env)
         # Built (and validated: data dir, mounts, devices) once, so a bad spec fails at creation.

@@ -192,7 +192,7 @@ class GvisorSandbox:
         self._spawned: list[GvisorProcess] = []
         self._closed = False
         root = state_dir("sandboxes") / self.id
-        self.places = Places(root, root / "view", root / "workdir", root / "tmp", root / "shm")
+        self._places = Places(root, root / "view", root / "workdir", root / "tmp", root / "shm")
         self._root = root / "runsc"  # runsc's state for this sandbox's container alone
         from .runtime import default_runtime
 
@@ -210,12 +210,8 @@ class GvisorSandbox:
         reclaim.write_meta(self.id, uid)
         if self.runtime:
             check_trusted_dirs(student_path(self.runtime))
-        self.places.root.mkdir(mode=0o700, exist_ok=True)
-        for path in (self.places.workdir, self.places.tmp, self.places.shm):
-            path.mkdir(mode=0o700, exist_ok=True)
-        tmpfs.mount_tmpfs(self.places.workdir, size=limits.workdir_bytes, inodes=limits.workdir_inodes, uid=uid, gid=uid, mode=0o700)
-        tmpfs.mount_tmpfs(self.places.tmp, size=limits.tmp_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
-        tmpfs.mount_tmpfs(self.places.shm, size=limits.shm_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
+        self._places.root.mkdir(mode=0o700, exist_ok=True)
+        tmpfs.mount_places(self._places.workdir, self._places.tmp, self._places.shm, limits, uid)
         # The host backstop: memory and CPU exactly as asked; threads with the sentry's headroom.
         self._cg.create(limits.model_copy(update={"pids": host_pids_max(limits.pids)}))
         if self._cg.layout.version == 2:
@@ -226,12 +222,12 @@ class GvisorSandbox:
     def _write_bundle(self) -> None:
         """The OCI bundle: a read-only root of empty mount points, the same view as bwrap's."""
         uid = self.uid
-        bundle = self.places.root / "bundle"
+        bundle = self._places.root / "bundle"
         rootfs = bundle / "rootfs"
         rootfs.mkdir(parents=True, mode=0o755)
         # The allowlisted /etc with this sandbox's identity files: the same overlay bwrap's
         # view uses (ownfs), cheap to make, where copying /etc's 700 entries took a second.
-        own = OwnView(self.places.view)
+        own = OwnView(self._places.view)
         own.build(ETC_ALLOWLIST, identity_files(uid, uid, self.spec.hostname), self.spec.limits)
         etc = own.etc
         mounts = [
@@ -255,9 +251,9 @@ class GvisorSandbox:
                 raise ConfigError(f"mount source {m.source!r} does not exist")
             mounts.append(_bind(m.source, m.target, writable=m.writable))
         mounts += [
-            _bind(self.places.workdir, "/workdir", writable=True),
-            _bind(self.places.tmp, "/tmp", writable=True),
-            _bind(self.places.shm, "/dev/shm", writable=True),
+            _bind(self._places.workdir, "/workdir", writable=True),
+            _bind(self._places.tmp, "/tmp", writable=True),
+            _bind(self._places.shm, "/dev/shm", writable=True),
         ]
         for m in mounts:  # runsc wants each mount point to exist in the read-only root
             point = rootfs / m["destination"].lstrip("/")
@@ -300,7 +296,7 @@ class GvisorSandbox:
     @property
     def workdir(self) -> Path:
         """Host path of the student's /workdir (for custody only: never follow paths in it)."""
-        return self.places.workdir
+        return self._places.workdir
 
     # -- the container ---------------------------------------------------------------------------
     def _ensure_container(self) -> None:
@@ -326,33 +322,45 @@ class GvisorSandbox:
 
     def _exec_argv(self, argv: Sequence[str], cwd: str, pid_file: Path) -> list[str]:
         spec = _process_spec(argv, self.uid, self._env, cwd, self.spec.limits.pids)
-        path = self.places.root / f"proc-{secrets.token_hex(4)}.json"
+        path = self._places.root / f"proc-{secrets.token_hex(4)}.json"
         path.write_text(json.dumps(spec))
         return runsc_argv(self._root, "exec", "--process", str(path), "--internal-pid-file", str(pid_file), self.id)
 
     def _start(self, argv: Sequence[str], cwd: str, *, stdin: int) -> tuple[subprocess.Popen, int]:
-        """Start a student command with `runsc exec`; return it and its pid inside gVisor."""
-        self._ensure_container()
-        pid_file = self.places.root / f"pid-{secrets.token_hex(4)}"
+        """Start a student command with `runsc exec`; return it and its pid inside gVisor. A
+        container that died since the last command (the memory limit kills the sentry, e.g. under
+        the bash tool's long-lived shell) is cleared and replaced once."""
+        for attempt in (1, 2):
+            self._ensure_container()
+            try:
+                return self._exec(argv, cwd, stdin=stdin)
+            except SandboxError:
+                if attempt == 2 or self._container_alive():
+                    raise
+                self.kill_all()
+        raise AssertionError("unreachable")
+
+    def _exec(self, argv: Sequence[str], cwd: str, *, stdin: int) -> tuple[subprocess.Popen, int]:
+        pid_file = self._places.root / f"pid-{secrets.token_hex(4)}"
         exec_argv = self._exec_argv(argv, cwd, pid_file)
         proc = subprocess.Popen(exec_argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 close_fds=True, start_new_session=True, cwd="/")
         end = time.monotonic() + _RUNSC_TIMEOUT_S
-        while True:
-            try:
-                inner = int(pid_file.read_text())
-                break
-            except (FileNotFoundError, ValueError):
-                pass
-            if proc.poll() is not None or time.monotonic() > end:
-                err = proc.stderr.read().decode(errors="replace").strip() if proc.poll() is not None else "timed out"  # type: ignore[union-attr]
-                proc.kill()
-                proc.wait()
-                raise SandboxError(f"sandbox {self.id}: runsc exec could not start the command: {err!r}")
-            time.sleep(0.002)
-        pid_file.unlink()
-        os.unlink(exec_argv[-4])  # the process spec, read by runsc exec before the pid is written
-        return proc, inner
+        try:
+            while True:
+                try:
+                    return proc, int(pid_file.read_text())
+                except (FileNotFoundError, ValueError):
+                    pass
+                if proc.poll() is not None or time.monotonic() > end:
+                    err = proc.stderr.read().decode(errors="replace").strip() if proc.poll() is not None else "timed out"  # type: ignore[union-attr]
+                    proc.kill()
+                    proc.wait()
+                    raise SandboxError(f"sandbox {self.id}: runsc exec could not start the command: {err!r}")
+                time.sleep(0.002)
+        finally:
+            pid_file.unlink(missing_ok=True)
+            os.unlink(exec_argv[-4])  # the process spec, read by runsc exec before the pid is written
 
     def run(
         self,
@@ -438,7 +446,7 @@ class GvisorSandbox:
         spec = _process_spec(["/bin/kill", "-KILL", *pids], 0, {"PATH": "/usr/bin:/bin"}, "/", 0)
         spec["capabilities"] = {k: ["CAP_KILL"] for k in ("bounding", "effective", "permitted")}
         del spec["rlimits"]
-        path = self.places.root / f"kill-{secrets.token_hex(4)}.json"
+        path = self._places.root / f"kill-{secrets.token_hex(4)}.json"
         path.write_text(json.dumps(spec))
         try:
             runsc(self._root, "exec", "--process", str(path), self.id, check=False)
@@ -512,7 +520,7 @@ class GvisorSandbox:
 
     def full_places(self) -> dict[str, str]:
         full = {}
-        for inside, host in (("/workdir", self.places.workdir), ("/tmp", self.places.tmp), ("/dev/shm", self.places.shm)):
+        for inside, host in (("/workdir", self._places.workdir), ("/tmp", self._places.tmp), ("/dev/shm", self._places.shm)):
             st = os.statvfs(host)
             if st.f_bavail == 0:
                 full[inside] = "bytes"
@@ -545,7 +553,7 @@ class GvisorSandbox:
             left = keyrings.clear_keys(self.uid)
             if left:
                 errors.append(left)
-        for step in (lambda: tmpfs.remove_tree(self.places.root), self._cg.remove):
+        for step in (lambda: tmpfs.remove_tree(self._places.root), self._cg.remove):
             try:
                 step()
             except (SandboxError, OSError) as exc:

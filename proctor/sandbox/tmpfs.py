@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import SandboxError
+from .models import SandboxLimits
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -34,6 +35,16 @@ def mount(source: str, target: Path, fstype: str, options: str, *, devices: bool
 
 def mount_tmpfs(target: Path, *, size: int, inodes: int, uid: int, gid: int, mode: int, devices: bool = False) -> None:
     mount("tmpfs", target, "tmpfs", f"size={size},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}", devices=devices)
+
+
+def mount_places(workdir: Path, tmp: Path, shm: Path, limits: SandboxLimits, uid: int) -> None:
+    """A sandbox's three writable places, each capped: /workdir the student's own (0700), /tmp
+    and /dev/shm sticky and shared by its processes."""
+    for path in (workdir, tmp, shm):
+        path.mkdir(mode=0o700, exist_ok=True)
+    mount_tmpfs(workdir, size=limits.workdir_bytes, inodes=limits.workdir_inodes, uid=uid, gid=uid, mode=0o700)
+    mount_tmpfs(tmp, size=limits.tmp_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
+    mount_tmpfs(shm, size=limits.shm_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
 
 
 def unmount(target: Path) -> None:
