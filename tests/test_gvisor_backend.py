@@ -122,3 +122,33 @@ def test_a_memory_hog_under_the_long_lived_shell_leaves_the_sandbox_usable(make_
     assert not shell.alive()
     assert box.usage().oom_kills >= 1
     assert box.run("cat /workdir/a").text == "kept\n"
+
+
+CRASHING_HARNESS = """
+import time
+from proctor.sandbox import get_backend
+box = get_backend("gvisor").create()
+box.run("setsid sh -c 'sleep 1000 & sleep 1000' >/dev/null 2>&1 & echo x > /workdir/answer.txt")
+box.spawn(["/bin/sh", "-c", "sleep 1000"])
+print(box.id, " ".join(map(str, box.host_pids())), flush=True)
+time.sleep(1000)
+"""
+
+
+def test_a_killed_harness_leaves_no_gvisor_container_after_reclaim(gvisor_confinement):
+    import signal
+
+    from proctor.sandbox import get_backend
+    from proctor.sandbox.host import state_dir
+
+    harness = subprocess.Popen([sys.executable, "-c", CRASHING_HARNESS], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    sandbox_id, *host_pids = harness.stdout.readline().split()
+    harness.send_signal(signal.SIGKILL)
+    harness.wait()
+    assert host_pids and (state_dir("sandboxes") / sandbox_id).exists()
+    assert sandbox_id in get_backend("gvisor").reclaim_stale()
+    alive = [p for p in host_pids if Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split(")")[-1][:3]]
+    assert alive == []  # the sentry, gofer and stubs are gone
+    assert not (state_dir("sandboxes") / sandbox_id).exists()
+    assert str(state_dir("sandboxes") / sandbox_id) not in Path("/proc/self/mountinfo").read_text()
+    assert not any(Path(p, "proctor", sandbox_id).exists() for p in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"))
