@@ -1,13 +1,14 @@
 """The gVisor runtime: the same student world as bubblewrap's, behind a user-space kernel.
 
 A gVisor sandbox keeps the same persistent places as a bubblewrap one (a leased uid, the
-sandbox's cgroup, capped host tmpfs mounts for /workdir, /tmp and /dev/shm) and, while the
-student is active, a *container*: `runsc create/start` of an OCI bundle whose init is an anchor
-(root inside gVisor with no capabilities, so the student can neither signal it nor end the
-container; it reaps orphans). Every command is `runsc exec` of a process spec that names the leased
-uid, no capabilities, no_new_privs and an RLIMIT_NPROC of `limits.pids`. `kill_all()` deletes
-the container (the sentry, its gofer and every student task die with it) and proves the
-sandbox's host cgroup is empty; the next command starts a fresh container, and /workdir stays.
+sandbox's cgroup, capped host tmpfs mounts for /workdir, /tmp and /dev/shm, ownfs's /etc) and,
+while the student is active, a *container*: `runsc run --detach` of an OCI bundle whose init is
+an anchor (root inside gVisor with no capabilities, so the student can neither signal it nor end
+the container; it reaps orphans). Every command is `runsc exec` of a process spec that names the
+leased uid, no capabilities and no_new_privs; the container's RLIMIT_NPROC is `limits.pids`.
+`kill_all()` kills the container's host processes through the cgroup (the sentry, its gofer and
+ptrace stubs: every student task dies with its kernel), proves the cgroup empty, and removes the
+container's runsc state; the next command starts a fresh container, and /workdir stays.
 
 Between the student and the host kernel sits gVisor's sentry: the student's syscalls are served
 by a Go kernel in user space, which itself may use only the host syscalls runsc's own seccomp
@@ -15,7 +16,7 @@ filter allows. Files reach the sentry through a gofer process; the host tmpfs mo
 through it, so custody reads /workdir from the host after `kill_all()` exactly as for bwrap.
 
 Limits: memory, CPU and a host backstop on threads are the sandbox's cgroup (cgroups.py), which
-holds the sentry and gofer processes (runsc is told to use a child of it). Student processes
+holds the sentry and gofer processes (runsc joins it; on v2 a child of it). Student processes
 are counted inside gVisor by RLIMIT_NPROC, because the host pids counter sees the sentry's
 threads, not the student's processes; a host `pids.max` equal to `limits.pids` would kill the
 sentry long before the student reached its share. This runsc (20221219) offers only the `ptrace`
