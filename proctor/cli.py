@@ -8,12 +8,28 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from enum import Enum
+
 from .errors import ConfigError, ProctorError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Proctor: RL environments that the agents cannot cheat.")
 console = Console()
 
-_STATUS_STYLE = {"enforced": "green", "degraded": "yellow", "missing": "red"}
+_STATUS_STYLE = {"enforced": "green", "degraded": "yellow", "missing": "red", "absent": "red"}
+
+
+class Runtime(str, Enum):
+    """The sandbox runtimes a user may choose (the fake backend for unit tests is not one)."""
+
+    bwrap = "bwrap"
+    gvisor = "gvisor"
+
+
+_RUNTIME_HELP = "Sandbox runtime: bwrap (namespaces on the host kernel) or gvisor (a user-space kernel between the student and the host's)."
+
+
+def _runtime_option():
+    return typer.Option(Runtime.bwrap, "--runtime", help=_RUNTIME_HELP, case_sensitive=False)
 
 
 def _fail(exc: ProctorError) -> None:
@@ -35,12 +51,13 @@ def _load(env: str):
 def check(
     target: str = typer.Argument(..., help="`confinement` (what this machine enforces), or an environment (directory or module) to load and check."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    runtime: Runtime = _runtime_option(),
 ) -> None:
     """Check an environment (every task loads, every family builds deterministically), or this machine's confinement."""
     from pathlib import Path
 
     if target == "confinement" and not Path(target).exists():
-        _check_confinement(as_json)
+        _check_confinement(as_json, runtime.value)
     from .tasks import check_environment
 
     env = _load(target)
@@ -56,18 +73,19 @@ def check(
     raise typer.Exit(0)
 
 
-def _check_confinement(as_json: bool) -> None:
-    from .sandbox import DEFAULT_REQUIRED, probe
+def _check_confinement(as_json: bool, runtime: str) -> None:
+    from .sandbox import DEFAULT_REQUIRED, get_backend, probe
 
     try:
-        report = probe()
+        # bwrap measures afresh (its cached report is for sandboxes); others measure their own way.
+        report = probe() if runtime == "bwrap" else get_backend(runtime).machine_confinement()  # type: ignore[arg-type]
     except ProctorError as exc:
         _fail(exc)
-    missing = [p.name for p in report.protections if p.status == "missing" and (p.name in DEFAULT_REQUIRED or p.name == "sandbox")]
+    missing = [p.name for p in report.protections if p.status in ("missing", "absent") and (p.name in DEFAULT_REQUIRED or p.name == "sandbox")]
     if as_json:
         typer.echo(json.dumps({**report.model_dump(), "ok": not missing, "missing": missing}, indent=2))
     else:
-        table = Table(title=f"Confinement on this machine (cgroup v{report.cgroup_version})")
+        table = Table(title=f"Confinement on this machine, runtime {runtime} (cgroup v{report.cgroup_version})")
         for col in ("protection", "status", "mechanism", "detail"):
             table.add_column(col)
         for p in report.protections:
@@ -134,6 +152,7 @@ def run(
     penalty: float = typer.Option(0.0, "--penalty", min=0.0, help="Reward of a misbehaved rollout is minus this."),
     allow_degraded: bool = typer.Option(False, "--allow-degraded", help="Run even if this machine lacks a required protection (the result says so)."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    runtime: Runtime = _runtime_option(),
     model_config: str | None = typer.Option(None, "--model-config", help="model:NAME: a TOML or JSON run config (provider, base_url, api_key_env, sampling...; see docs/agents.md)."),
     provider: str | None = typer.Option(None, "--provider", help="model:NAME: openai (any OpenAI-compatible server) or anthropic."),
     base_url: str | None = typer.Option(None, "--base-url", help="model:NAME: the endpoint, e.g. http://127.0.0.1:8000/v1 for vLLM."),
@@ -151,7 +170,8 @@ def run(
     loaded = _load(env)
     try:
         params = _parse_params(param)
-        config = RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded)
+        config = RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value)
+        _runtime_available(runtime)
         flags = {"provider": provider, "base_url": base_url, "api_key_env": api_key_env, "temperature": temperature,
                  "max_output_tokens": max_output_tokens, "token_data": token_data}
         model = _model_config(agent, model_config, flags)
@@ -194,6 +214,7 @@ def serve(
     penalty: float = typer.Option(0.0, "--penalty", min=0.0, help="Reward of a misbehaved rollout is minus this."),
     idle_timeout: float = typer.Option(900.0, "--idle-timeout", min=1.0, help="Seconds a silent session is kept before its episode is abandoned."),
     allow_degraded: bool = typer.Option(False, "--allow-degraded", help="Run even if this machine lacks a required protection (results say so)."),
+    runtime: Runtime = _runtime_option(),
 ) -> None:
     """Serve an environment over OpenEnv's WebSocket protocol (/ws, /health, /metadata, /schema) for a trainer to drive."""
     import os
@@ -208,7 +229,8 @@ def serve(
         token = os.environ.get(token_env) or None if token_env else None
         require_token_off_loopback(host, token, token_env)
         config = ServeConfig(out_dir=Path(out), max_sessions=max_sessions, token=token, idle_timeout_s=idle_timeout,
-                             rollout=RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded))
+                             rollout=RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value))
+        _runtime_available(runtime)
     except ImportError as exc:
         _fail(ConfigError(f"proctor serve needs the serve extra ({exc.name} is missing): pip install 'proctor[serve]'"))
     except ProctorError as exc:
@@ -232,6 +254,13 @@ def view(
         serve_viewer(runs, host=host, port=port, announce=lambda line: typer.echo(line, err=True))
     except ProctorError as exc:
         _fail(exc)
+
+
+def _runtime_available(runtime: Runtime) -> None:
+    """Fail now, in one line, when this install lacks the runtime (not in every rollout's result)."""
+    from .sandbox import get_backend
+
+    get_backend(runtime.value)  # type: ignore[arg-type]
 
 
 def _model_config(agent: str, path: str | None, flags: dict):
@@ -274,6 +303,7 @@ def redteam(
     out: str | None = typer.Option(None, "--out", help="Keep results and transcripts here (default: a temporary directory)."),
     penalty: float = typer.Option(0.0, "--penalty", min=0.0, max=10.0, help="Misbehaviour penalty, as in `proctor run`: the reward column shows what a trainer would give."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    runtime: Runtime = _runtime_option(),
 ) -> None:
     """Attack every task with the red-team library and check the oracle/null/degenerate gate. Exit 1 on any finding."""
     from .redteam import run_redteam
@@ -281,7 +311,7 @@ def redteam(
     loaded = _load(env)
     try:
         rows = run_redteam(loaded, tasks=task or None, attacks=attack or None, families=family or None,
-                           out_dir=out, parallel=parallel, penalty=penalty)
+                           out_dir=out, parallel=parallel, penalty=penalty, runtime=runtime.value)
     except ProctorError as exc:
         _fail(exc)
     if as_json:

@@ -43,7 +43,7 @@ from .errors import ConfigError
 from .sandbox.models import KillReport
 
 if TYPE_CHECKING:
-    from .sandbox import Sandbox
+    from .sandbox import StudentSandbox
 
 MiB = 1024 * 1024
 
@@ -686,7 +686,7 @@ class CustodyPoint(_Model):
 
 
 def custody_point(
-    box: Sandbox, paths: Sequence[str], dest: str | Path, *, limits: CustodyLimits = CustodyLimits(), kill_deadline_s: float = 5.0
+    box: StudentSandbox, paths: Sequence[str], dest: str | Path, *, limits: CustodyLimits = CustodyLimits(), kill_deadline_s: float = 5.0
 ) -> CustodyPoint:
     """Kill every student process and prove it, then copy the declared paths out of the workdir.
 

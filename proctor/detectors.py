@@ -27,7 +27,6 @@ costs an honest rollout its reward."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import unicodedata
@@ -38,9 +37,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .custody import MisbehaviourEvent
+from .sandbox import SandboxUsage
 
 if TYPE_CHECKING:
-    from .sandbox import Sandbox
+    from .sandbox import StudentSandbox
     from .tasks.models import Task
 
 KINDS: dict[str, str] = {
@@ -239,19 +239,7 @@ class _ResourceWatch:
 _WATCHES: weakref.WeakKeyDictionary[Any, _ResourceWatch] = weakref.WeakKeyDictionary()
 
 
-def _full(path: Path) -> str | None:
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    if st.f_blocks and st.f_bavail == 0:
-        return "bytes"
-    if st.f_files and st.f_favail == 0:
-        return "inodes"
-    return None
-
-
-def resource_events(box: Sandbox) -> list[MisbehaviourEvent]:
+def resource_events(box: StudentSandbox) -> list[MisbehaviourEvent]:
     """resource_limit_hit events for limits `box` hit since the last call: cgroup OOM kills, forks
     refused at the pids limit, and capped filesystems left without a free byte or inode."""
     watch = _WATCHES.setdefault(box, _ResourceWatch())
@@ -259,27 +247,25 @@ def resource_events(box: Sandbox) -> list[MisbehaviourEvent]:
     try:
         usage = box.usage()
     except OSError:
-        usage = {}
+        usage = SandboxUsage()
     limits = box.spec.limits
-    oom, pids = usage.get("oom_kills", 0), usage.get("pids_limit_hits", 0)
+    oom, pids = usage.oom_kills, usage.pids_limit_hits
     if oom > watch.oom_kills:
         events.append(MisbehaviourEvent(kind="resource_limit_hit", detail=f"memory: {oom - watch.oom_kills} process(es) OOM-killed at the {limits.memory_bytes} byte limit"))
         watch.oom_kills = oom
     if pids > watch.pids_limit_hits:
         events.append(MisbehaviourEvent(kind="resource_limit_hit", detail=f"pids: {pids - watch.pids_limit_hits} fork(s) refused at the limit of {limits.pids} processes"))
         watch.pids_limit_hits = pids
-    places = box.places
-    for name, path in (("/workdir", places.workdir), ("/tmp", places.tmp), ("/dev/shm", places.shm)):
-        what = _full(path)
-        if what and name not in watch.full:
+    for name, what in box.full_places().items():
+        if name not in watch.full:
             watch.full.add(name)
             events.append(MisbehaviourEvent(kind="resource_limit_hit", detail=f"disk: {name} has no free {what} left"))
     return events
 
 
-def step_events(box: Sandbox, task: Task, step: int, transcript: Path, *, env_dir: Path | None, run_dir: Path | None) -> list[MisbehaviourEvent]:
+def step_events(box: StudentSandbox, task: Task, step: int, transcript: Path, *, env_dir: Path | None, run_dir: Path | None) -> list[MisbehaviourEvent]:
     """Everything the detectors saw in one step, read at its end (before custody kills anything)."""
-    wires = tripwires(task, env_dir=env_dir, run_dir=run_dir, runtime=box.runtime)
+    wires = tripwires(task, env_dir=env_dir, run_dir=run_dir, runtime=box.python_runtime)
     return [*probe_events(transcript, step, wires), *resource_events(box)]
 
 

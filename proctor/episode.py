@@ -33,17 +33,17 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from . import policies
 from .agents.base import Agent, AgentError, AgentTimeout, AgentTurn, Observation, TurnUsage
 from .custody import CustodyLimits, MisbehaviourEvent, custody_point
-from .errors import ConfigError, ProctorError
+from .errors import ConfigError, ConfinementError, ProctorError
 from .judges.base import JudgeContext, Verdict, evaluate
 from .results import MisbehaviourRecord, RolloutResult, Status, StepEnd, StepResult, Timings, Usage, write_result
-from .sandbox import Sandbox, SandboxSpec
+from .sandbox import SandboxBackend, SandboxSpec, StudentSandbox, at_least, get_backend
 from .tasks.loading import Environment, resolved
 from .tasks.models import Instance, StepHookContext, Task
 from .tasks.packages import missing_packages
@@ -65,6 +65,7 @@ class RolloutConfig(BaseModel):
     allow_degraded: bool = Field(False, description="Run even if the machine lacks a protection the task requires; the result says what was missing.")
     custody: CustodyLimits = CustodyLimits()
     kill_deadline_s: float = Field(5.0, gt=0, description="How long custody may take to prove the sandbox empty.")
+    runtime: Literal["bwrap", "gvisor"] = Field("bwrap", description="The sandbox runtime of the rollout and of its judges' sandboxes (see docs/sandbox.md, Backends).")
 
 
 def new_run_id(task_id: str) -> str:
@@ -160,7 +161,8 @@ class Episode:
     serialised by a lock so a `close` from another thread waits for a step in flight."""
 
     def __init__(self, out_dir: str | Path, *, env: Environment | None = None, config: RolloutConfig | None = None,
-                 env_dir: str | Path | None = None, agent: Agent | None = None, agent_name: str = "trainer") -> None:
+                 env_dir: str | Path | None = None, agent: Agent | None = None, agent_name: str = "trainer",
+                 backend: SandboxBackend | None = None) -> None:
         self.out_dir = Path(out_dir)
         self.env = env
         self.config = config or RolloutConfig()
@@ -169,6 +171,9 @@ class Episode:
         # teardown, named in the result. A trainer drives the turns itself and passes none.
         self.agent = agent
         self.agent_name = agent.name if agent is not None else agent_name
+        # The runtime by name from the config; a test may hand in the fake backend here, which no
+        # config, CLI flag or server request can name.
+        self.backend = backend if backend is not None else get_backend(self.config.runtime)
         self._lock = threading.RLock()
         self._reset_state()
 
@@ -179,7 +184,7 @@ class Episode:
         self.run_dir: Path | None = None
         self.transcript: Transcript | None = None
         self.result: RolloutResult | None = None
-        self.box: Sandbox | None = None
+        self.box: StudentSandbox | None = None
         self.steps: list[StepResult] = []
         self.misbehaviour: list[MisbehaviourRecord] = []
         self.errors: list[str] = []
@@ -396,10 +401,16 @@ class Episode:
         if missing:
             raise ConfigError(f"task {task.id!r} needs {', '.join(missing)} in the student runtime; add them to runtime-requirements.txt and run `make setup`")
         spec = SandboxSpec(limits=task.limits.sandbox_limits(), data_dir=str(task.data) if task.data else None)
-        self.box = Sandbox.create(spec, require=task.requires, allow_degraded=self.config.allow_degraded)
+        runtime_ok = at_least(self.backend.name, task.requires_runtime)
+        if not runtime_ok and not self.config.allow_degraded:
+            raise ConfinementError(f"task {task.id!r} requires the {task.requires_runtime} sandbox runtime and this rollout runs under "
+                                   f"{self.backend.name}; run it with --runtime {task.requires_runtime}, or opt out with allow_degraded")
+        self.box = self.backend.create(spec, require=task.requires, allow_degraded=self.config.allow_degraded)
         grant = self.box.confinement
         degraded = [p.name for p in grant.protections if p.status != "enforced"]
-        self.confinement = {"protections": {p.name: p.status for p in grant.protections},
+        if not runtime_ok:
+            degraded.append(f"runtime:{task.requires_runtime}")
+        self.confinement = {"runtime": self.backend.name, "protections": {p.name: p.status for p in grant.protections},
                             "cgroup_version": grant.cgroup_version, "degraded": degraded,
                             "allow_degraded": self.config.allow_degraded}
         if task.workdir_files:
@@ -554,7 +565,7 @@ class Episode:
         else:
             judge_ctx = JudgeContext(
                 submission=custody_dir, hidden=task.hidden, answer=answer, params=dict(self.instance.params) | dict(task.params),
-                env_dir=self.env_dir, limits=limits, step=index, misbehaviour=list(point.misbehaviour),
+                env_dir=self.env_dir, limits=limits, step=index, misbehaviour=list(point.misbehaviour), backend=self.backend,
             )
             verdict = evaluate(step.judge, judge_ctx)
             judge_name = step.judge.describe()
@@ -633,10 +644,10 @@ class Episode:
         if self.box is not None:
             try:
                 usage = self.box.usage()
-                self.usage.cpu_s = usage.get("cpu_ns", 0) / 1e9
-                self.usage.peak_memory_bytes = usage.get("memory_peak_bytes", 0)
-                self.usage.oom_kills = usage.get("oom_kills", 0)
-                self.usage.pids_limit_hits = usage.get("pids_limit_hits", 0)
+                self.usage.cpu_s = usage.cpu_ns / 1e9
+                self.usage.peak_memory_bytes = usage.memory_peak_bytes
+                self.usage.oom_kills = usage.oom_kills
+                self.usage.pids_limit_hits = usage.pids_limit_hits
             except OSError:
                 pass
             try:

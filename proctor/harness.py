@@ -13,6 +13,7 @@ from pathlib import Path
 from .agents.base import Agent, AgentError, AgentTurn
 from .episode import Episode, RolloutConfig, new_run_id
 from .results import RolloutResult
+from .sandbox import SandboxBackend
 from .tasks.models import Instance, Task
 
 __all__ = ["RolloutConfig", "new_run_id", "run_rollout"]
@@ -27,11 +28,12 @@ def run_rollout(
     config: RolloutConfig | None = None,
     env_dir: str | Path | None = None,
     run_id: str | None = None,
+    backend: SandboxBackend | None = None,
 ) -> RolloutResult:
     """Run one rollout of `task` with `agent`, writing OUT/<run_id>/{transcript.jsonl,result.json}.
     Never raises for anything the student, the agent or a judge does; a bad output directory is a
-    ConfigError."""
-    episode = Episode(out_dir, config=config, env_dir=env_dir, agent=agent)
+    ConfigError. `backend` overrides `config.runtime` (tests hand in the fake here)."""
+    episode = Episode(out_dir, config=config, env_dir=env_dir, agent=agent, backend=backend)
     episode.reset(task, instance=instance, run_id=run_id)
     try:
         while not episode.done:

@@ -15,6 +15,7 @@ from .agents.base import Agent
 from .agents.scripted import ScriptedAgent, make_agent
 from .harness import RolloutConfig, run_rollout
 from .results import RolloutResult
+from .sandbox import SandboxBackend
 from .tasks.loading import load_environment, resolved
 from .tasks.models import Script
 
@@ -22,17 +23,18 @@ from .tasks.models import Script
 def rollout(
     env: str | Path, task: str, agent: str | Script | Agent, out_dir: str | Path, *,
     seed: int = 0, difficulty: int | None = None, params: dict[str, Any] | None = None,
-    config: RolloutConfig | None = None,
+    config: RolloutConfig | None = None, backend: SandboxBackend | None = None,
 ) -> RolloutResult:
     """One rollout of `task` (or a family instance) with `agent`: an agent spec (`oracle`, `null`,
-    `script:PATH`), a Script, or an Agent."""
+    `script:PATH`), a Script, or an Agent. `backend` overrides the config's runtime (the fake, in
+    fast unit tests of an environment's logic)."""
     loaded = load_environment(str(env))
     with resolved(loaded, task, seed=seed, difficulty=difficulty, params=params) as (built, instance):
         if isinstance(agent, Script):
             agent = ScriptedAgent(agent)
         elif isinstance(agent, str):
             agent = make_agent(agent, built)
-        return run_rollout(built, agent, out_dir, instance=instance, config=config, env_dir=loaded.directory)
+        return run_rollout(built, agent, out_dir, instance=instance, config=config, env_dir=loaded.directory, backend=backend)
 
 
 def assert_attack_contained(env: str | Path, task: str, attack: str, out_dir: str | Path) -> RolloutResult:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up what is missing, and nothing else: system packages (bubblewrap, util-linux, nftables, a system
+# Sets up what is missing, and nothing else: system packages (bubblewrap, util-linux, nftables, gVisor's runsc, a system
 # Python for the student runtime), the harness's virtual environment in .venv, and the student's
 # Python runtime in /opt/proctor/student-runtime. Idempotent; safe to run before every command.
 set -euo pipefail
@@ -19,6 +19,7 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v setpriv >/dev/null && command -v nsenter >/dev/null || need+=(util-linux)
 [ -x /usr/sbin/nft ] || need+=(nftables)  # the loopback guard of each sandbox's network namespace
 [ -x /usr/bin/python3 ] || need+=(python3)
+[ -x /usr/bin/runsc ] || need+=(runsc)  # gVisor, the `--runtime gvisor` sandbox (its anchor runs /usr/bin/python3)
 /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 # The syscall filter's loader and the keyring cleanup are two small C programs (built below).
 command -v gcc >/dev/null || need+=(gcc)

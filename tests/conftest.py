@@ -61,26 +61,115 @@ def confinement():
     return report
 
 
+# Modules whose sandbox tests run on every runtime: they set `pytestmark = BOTH_RUNTIMES`.
+BOTH_RUNTIMES = pytest.mark.runtimes("bwrap", "gvisor")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "runtimes(*names): run the module's sandbox tests on each of these runtimes")
+
+
+def pytest_generate_tests(metafunc) -> None:
+    mark = metafunc.definition.get_closest_marker("runtimes")
+    if mark is not None and "runtime" in metafunc.fixturenames:
+        metafunc.parametrize("runtime", mark.args, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def runtime(request) -> str:
+    """The sandbox runtime a test's sandboxes use: bwrap unless its module asks for each."""
+    return getattr(request, "param", "bwrap")
+
+
+@pytest.fixture(scope="session")
+def gvisor_confinement():
+    _require_root()
+    from proctor.sandbox.gvisor_confinement import DEFAULT_REQUIRED, machine_confinement
+
+    report = machine_confinement()
+    lacking = [p for p in report.protections if (p.name in DEFAULT_REQUIRED or p.name == "sandbox") and p.status != "enforced"]
+    if lacking:
+        pytest.exit(f"gVisor confinement probe failed ({[p.model_dump() for p in lacking]}); refusing to run attacks", returncode=3)
+    return report
+
+
+def _create(runtime: str, spec, request):
+    """A sandbox on `runtime`, its confinement proven first (bwrap's by the session fixture)."""
+    from proctor.sandbox import get_backend
+
+    if runtime != "bwrap":
+        request.getfixturevalue(f"{runtime}_confinement")
+    return get_backend(runtime).create(spec)
+
+
+def _host_pids(box) -> list[int]:
+    """Host processes that carry the sandbox: the student's own under bwrap; under gVisor the
+    sentry, gofer and ptrace stubs (the student's pids there are gVisor's, not the host's)."""
+    if box.backend == "gvisor":
+        return box.host_pids()
+    return [info.pid for info in box.processes()]
+
+
+def _sandbox_cgroup_file(box, controller: str, name: str) -> str:
+    """Read a limit file of the sandbox's own cgroup, found the way the kernel places its
+    processes (/proc/PID/cgroup of one of them), not through the sandbox's own bookkeeping."""
+    from pathlib import Path
+
+    for pid in _host_pids(box):
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            if controllers and controller not in controllers.split(","):
+                continue
+            parts = path.split("/")
+            if box.id not in parts:
+                continue
+            where = "/".join(parts[: parts.index(box.id) + 1])
+            base = Path("/sys/fs/cgroup") if not controllers else Path("/sys/fs/cgroup") / controller
+            return (base / where.lstrip("/") / name).read_text().strip()
+    return "?"
+
+
 def _prove_confined(box) -> None:
     """Check from outside that this sandbox confines: uid dropped, limits in force."""
-    from proctor.sandbox.cgroups import _read
-
-    res = box.run(["/usr/bin/id", "-u"], timeout=10)
-    uid = res.text.strip()
+    res = box.run(["/bin/bash", "-c", "id -u; ulimit -u"], timeout=10)
+    uid, nproc = (res.text.split() + ["", ""])[:2]
     if uid != str(box.uid) or uid == "0":
         pytest.exit(f"sandbox runs as uid {uid!r}, not its leased uid {box.uid}; refusing to run attacks", returncode=3)
-    cg, limits = box._cg, box.spec.limits
-    v2 = cg.layout.version == 2
-    mem = _read(cg.dir("memory") / ("memory.max" if v2 else "memory.limit_in_bytes")).strip()
-    pids = _read(cg.dir("pids") / "pids.max").strip()
-    if mem != str(limits.memory_bytes) or pids != str(limits.pids):
+    limits = box.spec.limits
+    v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+    mem = _sandbox_cgroup_file(box, "memory", "memory.max" if v2 else "memory.limit_in_bytes")
+    pids = _sandbox_cgroup_file(box, "pids", "pids.max")
+    want_pids = str(limits.pids)
+    if box.backend == "gvisor":
+        # gVisor counts the student's processes itself (RLIMIT_NPROC); the host cgroup counts the
+        # sentry's threads, with headroom far above the student's share (proctor/sandbox/gvisor.py).
+        from proctor.sandbox.gvisor import host_pids_max
+
+        want_pids = str(host_pids_max(limits.pids))
+        if nproc != str(limits.pids):
+            pytest.exit(f"gVisor sandbox has RLIMIT_NPROC {nproc!r}, not {limits.pids}; refusing to run attacks", returncode=3)
+    if mem != str(limits.memory_bytes) or pids != want_pids:
         pytest.exit(f"sandbox limits not in force (memory {mem}, pids {pids}); refusing to run attacks", returncode=3)
 
 
 @pytest.fixture
-def make_sandbox(confinement) -> Iterator[Callable[..., object]]:
-    """make_sandbox(spec=None, **limit_overrides) -> a proven, live Sandbox, closed after the test."""
-    from proctor.sandbox import Sandbox, SandboxLimits, SandboxSpec
+def host_processes_of() -> Callable[[int], list[int]]:
+    """host_processes_of(uid) -> live host processes of that uid, wherever they are (a check
+    from outside the sandbox that nothing escaped its cgroup or namespace)."""
+    from proctor.sandbox import procfs
+
+    return lambda uid: [p for p in procfs.pids_of_uid(uid) if not procfs.is_zombie(p)]
+
+
+@pytest.fixture
+def make_sandbox(confinement, runtime, request) -> Iterator[Callable[..., object]]:
+    """make_sandbox(spec=None, **limit_overrides) -> a proven, live sandbox on the test's runtime,
+    closed after the test."""
+    from proctor.sandbox import SandboxLimits, SandboxSpec
 
     boxes = []
 
@@ -88,7 +177,7 @@ def make_sandbox(confinement) -> Iterator[Callable[..., object]]:
         spec = spec or SandboxSpec()
         if limits:
             spec = spec.model_copy(update={"limits": SandboxLimits(**{**spec.limits.model_dump(), **limits})})
-        box = Sandbox.create(spec)
+        box = _create(runtime, spec, request)
         boxes.append(box)
         _prove_confined(box)
         return box
@@ -99,11 +188,11 @@ def make_sandbox(confinement) -> Iterator[Callable[..., object]]:
 
 
 @pytest.fixture(scope="module")
-def module_sandbox(confinement):
+def module_sandbox(confinement, runtime, request):
     """One proven sandbox shared by a module's tests (for tests that only need a live student)."""
-    from proctor.sandbox import Sandbox
+    from proctor.sandbox import SandboxSpec
 
-    box = Sandbox.create()
+    box = _create(runtime, SandboxSpec(), request)
     try:
         _prove_confined(box)
         yield box
@@ -111,6 +200,26 @@ def module_sandbox(confinement):
         box.close()
 
 
+@pytest.fixture(scope="session")
+def fake_backend():
+    """The fake backend (proctor/sandbox/fake.py): confines nothing, needs no root. For tests of
+    the layers above the sandbox only; every confinement test uses the real fixtures above."""
+    from proctor.sandbox import get_backend
+
+    return get_backend("fake", allow_fake=True)
+
+
 @pytest.fixture
 def sandbox(make_sandbox):
     return make_sandbox()
+
+
+def student_processes(box) -> list[int]:
+    """Ids of the student's live processes now, in the runtime's own numbering: host processes of
+    the student's uid under bwrap, gVisor's own pids under gVisor (no host process is the
+    student's there; its host cgroup holds the sentry instead)."""
+    if box.backend == "gvisor":
+        return [p.pid for p in box.processes()]
+    from proctor.sandbox import procfs
+
+    return [p for p in procfs.pids_of_uid(box.uid) if not procfs.is_zombie(p)]

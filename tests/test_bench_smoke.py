@@ -100,3 +100,18 @@ def test_the_syscall_filter_benchmark_runs_and_reports_its_ratio() -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = json.loads(proc.stdout)
     assert res["n"] > 0 and _positive(res, "with_filter_ms") and _positive(res, "without_ms") and _positive(res, "ratio")
+
+
+@needs_sandbox_host
+def test_the_fake_backend_benchmark_runs_and_reports_its_speedup() -> None:
+    res = _quick("fake_backend.py")
+    for key in ("bwrap_ms", "fake_ms", "speedup"):
+        _positive(res, key)
+
+
+@needs_sandbox_host
+def test_the_gvisor_benchmark_runs_and_reports_every_figure() -> None:
+    res = _quick("gvisor.py", timeout=300)
+    for key in ("runsc_do_true_ms", "start_gvisor_ms", "start_bwrap_ms", "rollout_gvisor_ms", "rollout_bwrap_ms",
+                "start_gvisor_vs_runsc_do", "rollout_gvisor_vs_bwrap"):
+        _positive(res, key)

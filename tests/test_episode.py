@@ -27,8 +27,10 @@ def example(confinement, tmp_path):
 
 
 @pytest.fixture
-def basics(confinement, tmp_path):
-    with Episode(tmp_path, env=load_environment(str(BASICS))) as ep:
+def basics(fake_backend, tmp_path):
+    """The basics environment on the fake backend: these tests are about the Episode's own logic
+    (steps, budgets, deadlines, teardown, the transcript), not about confinement."""
+    with Episode(tmp_path, env=load_environment(str(BASICS)), backend=fake_backend) as ep:
         yield ep
 
 
@@ -120,8 +122,8 @@ def test_closing_mid_episode_tears_the_sandbox_down_and_writes_an_abandoned_resu
     basics.reset(task="write-42")
     basics.step(Action(tool="bash", arguments={"command": "sleep 300 & echo started"}))
     box = basics.box
-    root = box.places.root
-    assert root.exists() and box.student_processes()
+    root = box.workdir
+    assert root.exists() and [p for p in box.processes() if p.uid == box.uid and not p.zombie]
     result = basics.close("the client disconnected")
     assert result.status == "abandoned" and result.reward == 0.0 and result.steps[0].ended_by == "abandoned"
     assert "the client disconnected" in " ".join(result.errors)
@@ -157,3 +159,20 @@ def test_async_episodes_run_concurrently_and_each_gets_its_own_reward(confinemen
         return await asyncio.gather(*(one(i) for i in range(6)))
 
     assert asyncio.run(main()) == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+
+
+def test_a_task_that_requires_a_stronger_runtime_is_refused_unless_degraded_is_allowed(fake_backend, tmp_path):
+    from proctor.agents import ScriptedAgent
+    from proctor.harness import RolloutConfig, run_rollout
+    from proctor.tasks import Script
+
+    task = load_environment(str(BASICS)).tasks["write-42"].model_copy(update={"requires_runtime": "gvisor"})
+    agent = Script(name="t", turns=[{"tool": "bash", "arguments": {"command": "echo 42 > /workdir/answer.txt"}}, {"tool": "submit", "arguments": {}}])
+    refused = run_rollout(task, ScriptedAgent(agent), tmp_path, backend=fake_backend)
+    assert refused.status == "infra_error" and refused.score == 0.0
+    assert any("requires the gvisor sandbox runtime" in e and "--runtime gvisor" in e for e in refused.errors), refused.errors
+    degraded = run_rollout(task, ScriptedAgent(agent), tmp_path, backend=fake_backend, config=RolloutConfig(allow_degraded=True))
+    assert degraded.score == 1.0 and degraded.confinement["runtime"] == "fake"
+    assert "runtime:gvisor" in degraded.confinement["degraded"]
+    plain = run_rollout(task.model_copy(update={"requires_runtime": None}), ScriptedAgent(agent), tmp_path, backend=fake_backend)
+    assert plain.status == "completed" and "runtime:gvisor" not in plain.confinement["degraded"]

@@ -9,6 +9,7 @@ import socket
 import stat
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ from pydantic import ValidationError
 from proctor.errors import ConfigError
 from proctor.sandbox import Device, Endpoint, Mount, NetworkPolicy, SandboxSpec
 from proctor.sandbox.uids import UID_BASE, UID_COUNT
+from conftest import BOTH_RUNTIMES, student_processes  # noqa: E402
+
+pytestmark = BOTH_RUNTIMES
 
 PY = "/usr/bin/python3"
 CONNECT = (
@@ -49,13 +53,17 @@ def test_host_processes_are_invisible(sandbox):
     assert "harness-visible" not in res.text
 
 
-def test_hidden_host_paths_are_absent(sandbox, tmp_path):
+def test_hidden_host_paths_are_absent(sandbox, tmp_path, runtime):
     secret = Path("/tmp/proctor-test-secret")
     secret.write_text("answer key")
     try:
         paths = ["/root", "/home", "/work", "/run", "/var", "/srv", "/sys", "/opt/proctor/student-runtime-not",
                  str(secret), sys.prefix, str(Path(__file__).resolve().parent), "/etc/shadow", "/etc/ssh",
                  "/run/proctor", "/dev/vda", "/dev/mem", "/dev/kmsg", "/dev/loop-control"]
+        if runtime == "gvisor":
+            # runsc always mounts the sentry's own synthetic sysfs (no host cgroups, devices or
+            # interfaces in it), so /sys exists; what must not be there is the host's.
+            paths = [p for p in paths if p != "/sys"] + ["/sys/fs/cgroup/proctor", "/sys/class/net/eth0", "/sys/kernel/debug"]
         res = sandbox.run(["/bin/sh", "-c", 'for p; do test -e "$p" && echo "VISIBLE $p"; done; true', "sh", *paths])
         assert "VISIBLE" not in res.text, res.text
     finally:
@@ -67,11 +75,13 @@ def test_the_student_runs_as_its_own_unprivileged_uid_without_groups_or_capabili
     assert a.uid != b.uid
     for box in (a, b):
         assert UID_BASE <= box.uid < UID_BASE + UID_COUNT
-        res = box.run("id -u; id -G; grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs)' /proc/self/status")
+        # no_new_privs asked of the kernel (prctl), not /proc: gVisor's status file has no such line.
+        nnp = "import ctypes; print('NoNewPrivs', ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))"
+        res = box.run(f"id -u; id -G; grep -E '^(CapEff|CapBnd|CapPrm)' /proc/self/status; {PY} -c \"{nnp}\"")
         lines = res.text.split("\n")
         assert lines[0] == str(box.uid) and lines[1] == str(box.uid)
         assert "CapEff:\t0000000000000000" in res.text and "CapBnd:\t0000000000000000" in res.text
-        assert "NoNewPrivs:\t1" in res.text
+        assert "NoNewPrivs 1" in res.text
 
 
 def test_the_harness_cannot_be_signalled(sandbox):
@@ -100,33 +110,53 @@ def test_a_setuid_root_binary_gives_nothing(make_sandbox, tmp_path):
     assert "uid=0" not in res.text
 
 
-def test_one_sandbox_cannot_see_or_signal_another(make_sandbox):
+SHM_KEY = (
+    "import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True)\n"
+    "flags = 0o1600 if sys.argv[1] == 'create' else 0\n"  # IPC_CREAT | 0600
+    "print('segment', 'yes' if libc.shmget(0x50c7, 4096, flags) >= 0 else 'no')\n"
+)
+
+
+def test_one_sandbox_cannot_see_or_signal_another(make_sandbox, runtime):
     a, b = make_sandbox(), make_sandbox()
     victim = b.spawn(["/bin/sleep", "1000"])
-    host_pid = victim.pids()[-1]
-    res = a.run(f"kill -9 {host_pid} 2>&1; ls /proc | grep -c '^[0-9]'; ipcmk -M 4096 >/dev/null; ipcs -m | grep -c 0x")
+    end = time.monotonic() + 5
+    while (target := victim.root()) is None and time.monotonic() < end:
+        time.sleep(0.01)
+    if runtime == "gvisor":
+        # gVisor's pids are per sandbox (the victim's may exist in `a` too, as another process);
+        # what an attacker in `a` would aim at is the other sandbox's sentry on the host.
+        target = b.host_pids()[0]
+    res = a.run(["/bin/sh", "-c", f'kill -9 {target} 2>&1; {PY} -c "$0" create', SHM_KEY])
     assert "No such process" in res.text  # the other sandbox's pid does not exist in this one
-    assert res.text.split()[-1] == "1"  # its own shared memory segment exists...
+    assert "segment yes" in res.text  # its own shared memory segment exists...
     assert victim.alive()
-    assert b.run("ipcs -m | grep -c 0x || true").text.strip() == "0"  # ...and is invisible next door
+    assert "segment no" in b.run([PY, "-c", SHM_KEY, "find"]).text  # ...and is invisible next door
     victim.kill_tree()
 
 
-def test_no_connection_leaves_the_namespace(make_sandbox, host_server):
+def test_no_connection_leaves_the_namespace(make_sandbox, host_server, runtime):
     a, b = make_sandbox(), make_sandbox()
-    # No route at all: connect() fails locally with ENETUNREACH before any packet exists.
+    # No route at all: connect() fails locally before any packet exists (gVisor's netstack says
+    # EHOSTUNREACH where Linux says ENETUNREACH).
+    unreachable = errno.ENETUNREACH if runtime == "bwrap" else errno.EHOSTUNREACH
     assert a.run("cat /proc/net/route | wc -l").text.strip() == "1"
     peer = b.spawn([PY, "-c", "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 47001)); s.listen(); time.sleep(60)"])
     b.run("sleep 0.3")
     got = connect_results(a, f"127.0.0.1:{host_server}", "127.0.0.1:47001", "192.0.2.1:80", "169.254.169.254:80", "[::1]:22")
     assert got[f"127.0.0.1:{host_server}"] == errno.ECONNREFUSED  # host loopback is not our loopback
     assert got["127.0.0.1:47001"] == errno.ECONNREFUSED  # another sandbox's loopback neither
-    assert got["192.0.2.1:80"] == errno.ENETUNREACH
-    assert got["169.254.169.254:80"] == errno.ENETUNREACH
+    assert got["192.0.2.1:80"] == unreachable
+    assert got["169.254.169.254:80"] == unreachable
     peer.kill_tree()
 
 
-def test_an_allowlisted_endpoint_is_reachable_and_nothing_else(make_sandbox, host_server):
+def test_an_allowlisted_endpoint_is_reachable_and_nothing_else(make_sandbox, host_server, runtime):
+    if runtime == "gvisor":
+        # Not built for gVisor yet: a task that needs an allowlist is refused, clearly, at creation.
+        with pytest.raises(ConfigError, match="no network allowlist"):
+            make_sandbox(SandboxSpec(network=NetworkPolicy(allow=(Endpoint(host="127.0.0.1", port=1, local_port=18080),))))
+        return
     with socket.socket() as other:  # allowed service
         other.bind(("127.0.0.1", 0))
         other.listen()
@@ -145,11 +175,14 @@ def test_an_allowlisted_endpoint_is_reachable_and_nothing_else(make_sandbox, hos
         assert got == {f"127.0.0.1:{host_server}": errno.ECONNREFUSED, "192.0.2.1:80": errno.ENETUNREACH}
 
 
-def test_blocked_connection_attempts_are_counted(sandbox):
-    from proctor.sandbox.network import net_counters
-
-    connect_results(sandbox, "192.0.2.1:80", "192.0.2.2:443")
-    assert net_counters(sandbox._anchor_pid)["Ip.OutNoRoutes"] >= 2
+def test_blocked_connection_attempts_are_counted(sandbox, runtime):
+    got = connect_results(sandbox, "192.0.2.1:80", "192.0.2.2:443")
+    if runtime == "gvisor":
+        # This gVisor's netstack refuses them but counts nothing in /proc/net/snmp (OutNoRoutes
+        # stays 0): the attempts are held, not recorded (docs/sandbox.md, "gVisor runtime").
+        assert set(got.values()) == {errno.EHOSTUNREACH}
+        return
+    assert sandbox.network_counters()["Ip.OutNoRoutes"] >= 2
 
 
 def test_harness_secrets_do_not_reach_the_student(sandbox, monkeypatch):
@@ -200,11 +233,18 @@ def test_task_data_is_read_only_and_declared_mounts_are_honoured(make_sandbox, t
     box = make_sandbox(SandboxSpec(data_dir=str(data), mounts=(Mount(source=str(extra), target="/scratch", writable=True),)))
     res = box.run("cat /data/orders.csv; echo x > /data/new 2>&1; echo ok > /scratch/out && echo wrote")
     assert "1,5" in res.text and "wrote" in res.text
-    assert "Read-only file system" in res.text + res.stderr.decode()
+    # bwrap's read-only mount says EROFS; gVisor checks the (root-owned) directory's mode first.
+    assert "Read-only file system" in res.text + res.stderr.decode() or "Permission denied" in res.stderr.decode()
+    assert not (data / "new").exists()
     assert (extra / "out").read_text() == "ok\n"
 
 
-def test_a_requested_device_node_is_passed_through_and_others_are_absent(make_sandbox):
+def test_a_requested_device_node_is_passed_through_and_others_are_absent(make_sandbox, runtime):
+    if runtime == "gvisor":
+        # gVisor passes no host device through: a task that needs one is refused at creation.
+        with pytest.raises(ConfigError, match="cannot pass host devices"):
+            make_sandbox(SandboxSpec(devices=(Device(path="/dev/null"),)))
+        return
     node = Path("/dev/proctor-test-null")
     node.unlink(missing_ok=True)
     os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
@@ -220,6 +260,6 @@ def test_a_requested_device_node_is_passed_through_and_others_are_absent(make_sa
         node.unlink()
 
 
-def test_a_missing_device_gives_a_clear_error(make_sandbox):
-    with pytest.raises(ConfigError, match="/dev/nvidia-none.*does not exist"):
+def test_a_missing_device_gives_a_clear_error(make_sandbox, runtime):
+    with pytest.raises(ConfigError, match="/dev/nvidia-none.*does not exist" if runtime == "bwrap" else "cannot pass host devices"):
         make_sandbox(SandboxSpec(devices=(Device(path="/dev/nvidia-none"),)))

@@ -8,6 +8,9 @@ import threading
 import time
 
 from proctor.sandbox.models import MiB
+from conftest import BOTH_RUNTIMES, student_processes  # noqa: E402
+
+pytestmark = BOTH_RUNTIMES
 
 PY = "/usr/bin/python3"
 
@@ -21,23 +24,27 @@ def test_an_anonymous_memory_hog_is_killed_at_its_limit_and_the_harness_is_unaff
     res = box.run([PY, "-c", "x = bytearray(512 * 1024**2); print('allocated')"], timeout=30)
     assert "allocated" not in res.text
     assert res.signal == 9
-    assert box.usage()["oom_kills"] >= 1
+    assert box.usage().oom_kills >= 1
     assert harness_can_start_processes()
 
 
 def test_a_tmpfs_hog_in_the_workdir_counts_against_memory(make_sandbox):
     # The workdir quota alone would allow 512 MiB; the memory limit must stop it first.
     box = make_sandbox(memory_bytes=96 * MiB, workdir_bytes=512 * MiB)
-    res = box.run("dd if=/dev/zero of=/workdir/fill bs=1M count=400 2>&1; stat -c %s /workdir/fill", timeout=60)
-    size = int(res.text.split()[-1])
-    assert size < 120 * MiB, res.text
-    assert box.usage()["oom_kills"] >= 1
+    box.run("dd if=/dev/zero of=/workdir/fill bs=1M count=400 2>&1", timeout=60)
+    # Measured from the host: under gVisor the limit kills the whole container, shell included.
+    size = (box.workdir / "fill").stat().st_size
+    assert size < 120 * MiB, size
+    assert box.usage().oom_kills >= 1
 
 
 def test_a_dev_shm_hog_counts_against_memory(make_sandbox):
     box = make_sandbox(memory_bytes=96 * MiB, shm_bytes=512 * MiB)
-    res = box.run("dd if=/dev/zero of=/dev/shm/fill bs=1M count=400 2>&1; stat -c %s /dev/shm/fill", timeout=60)
-    assert int(res.text.split()[-1]) < 120 * MiB, res.text
+    res = box.run("dd if=/dev/zero of=/dev/shm/fill bs=1M count=400 2>&1; wc -c < /dev/shm/fill", timeout=60)
+    # Under gVisor the limit kills the whole container (this shell too): the file is then
+    # measured by a fresh command, in the same /dev/shm.
+    size = res.text.split()[-1] if res.exit_code is not None else box.run("wc -c < /dev/shm/fill").text
+    assert int(size) < 120 * MiB, res.text
 
 
 def test_a_sysv_shared_memory_hog_is_stopped_at_the_memory_limit(make_sandbox):
@@ -60,12 +67,15 @@ def test_a_sysv_shared_memory_hog_is_stopped_at_the_memory_limit(make_sandbox):
     assert harness_can_start_processes()
 
 
-def test_a_fork_bomb_is_contained_and_the_harness_can_still_start_processes(make_sandbox):
+def test_a_fork_bomb_is_contained_and_the_harness_can_still_start_processes(make_sandbox, runtime):
     box = make_sandbox(pids=64)
     res = box.run("bomb() { bomb | bomb & }; bomb; sleep 3; echo survived", timeout=10)
     assert harness_can_start_processes()
-    assert len(box._cg.pids()) <= 64
-    assert box.usage()["pids_limit_hits"] > 0
+    assert len(box.processes()) <= 64
+    if runtime == "bwrap":
+        assert box.usage().pids_limit_hits > 0
+    # Under gVisor the cap is RLIMIT_NPROC inside its kernel; the host cgroup's pids.max (the
+    # sentry's threads) is never reached, which is the point: the sentry must survive.
     report = box.kill_all()
     assert report.empty, report
     assert res.exit_code is not None or res.timed_out
@@ -73,14 +83,14 @@ def test_a_fork_bomb_is_contained_and_the_harness_can_still_start_processes(make
 
 def test_a_disk_fill_stops_at_the_workdir_quota(make_sandbox):
     box = make_sandbox(workdir_bytes=16 * MiB)
-    res = box.run("dd if=/dev/zero of=/workdir/fill bs=1M count=64 2>&1; stat -c %s /workdir/fill", timeout=30)
+    res = box.run("dd if=/dev/zero of=/workdir/fill bs=1M count=64 2>&1; wc -c < /workdir/fill", timeout=30)
     assert "No space left on device" in res.text
     assert int(res.text.split()[-1]) <= 16 * MiB
 
 
 def test_a_disk_fill_stops_at_the_tmp_quota(make_sandbox):
     box = make_sandbox(tmp_bytes=8 * MiB)
-    res = box.run("dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; stat -c %s /tmp/fill", timeout=30)
+    res = box.run("dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; wc -c < /tmp/fill", timeout=30)
     assert "No space left on device" in res.text
     assert int(res.text.split()[-1]) <= 8 * MiB
 
@@ -97,13 +107,13 @@ def test_a_cpu_hog_is_held_to_its_quota_and_the_harness_stays_responsive(make_sa
     hog = box.spawn(["/bin/sh", "-c", "for i in 1 2 3 4; do (while :; do :; done) & done; wait"])
     try:
         time.sleep(0.5)  # let the hogs start
-        before_ns, t0 = box.usage()["cpu_ns"], time.monotonic()
+        before_ns, t0 = box.usage().cpu_ns, time.monotonic()
         latencies = []
         for _ in range(40):
             start = time.perf_counter()
             time.sleep(0.02)
             latencies.append(time.perf_counter() - start - 0.02)
-        used_cores = (box.usage()["cpu_ns"] - before_ns) / 1e9 / (time.monotonic() - t0)
+        used_cores = (box.usage().cpu_ns - before_ns) / 1e9 / (time.monotonic() - t0)
     finally:
         hog.kill_tree()
     # Four busy loops on this machine would use every core; the quota holds them to half of one.

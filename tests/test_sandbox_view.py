@@ -81,7 +81,7 @@ def _data_spec(tmp_path) -> SandboxSpec:
 
 
 def _shared_paths(box) -> list[str]:
-    return ["/usr/lib/os-release", "/etc/ld.so.cache", "/etc/passwd", "/dev/null", f"{box.runtime}/bin/python3", "/data/input.txt"]
+    return ["/usr/lib/os-release", "/etc/ld.so.cache", "/etc/passwd", "/dev/null", f"{box.python_runtime}/bin/python3", "/data/input.txt"]
 
 
 def _ok(res):
@@ -136,11 +136,11 @@ def test_no_reachable_path_shows_the_host_filesystems_counters(make_sandbox, tmp
     spec = _data_spec(tmp_path)
     box = make_sandbox(spec)
     paths = ["/", "/usr", "/usr/bin/env", "/etc", "/etc/passwd", "/proc/meminfo", "/proc/sys/kernel/pty/nr",
-             "/dev", "/dev/null", "/dev/shm", "/tmp", "/workdir", "/data", "/data/input.txt", box.runtime]
+             "/dev", "/dev/null", "/dev/shm", "/tmp", "/workdir", "/data", "/data/input.txt", box.python_runtime]
     before = _ok(box.run(["python3", "-c", STATVFS, *paths])).text
-    host_fs = {(s.f_blocks, s.f_files) for s in (os.statvfs(p) for p in ("/", "/usr", str(box.places.root), str(tmp_path), box.runtime))}
+    host_fs = {(s.f_blocks, s.f_files) for s in (os.statvfs(p) for p in ("/", "/usr", str(box.workdir.parent), str(tmp_path), box.python_runtime))}
     # Move the host filesystems' free inodes and blocks, as custody copying files would.
-    scratch = [tmp_path / "scratch", box.places.root.parent / f"{box.id}-scratch"]
+    scratch = [tmp_path / "scratch", box.workdir.parent.parent / f"{box.id}-scratch"]
     try:
         for d in scratch:
             d.mkdir()

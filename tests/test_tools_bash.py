@@ -224,10 +224,10 @@ def test_sleep_infinity_times_out_and_the_session_survives(ctx):
 def test_a_timeout_kills_everything_the_command_started_but_spares_earlier_jobs(ctx):
     old = bash(ctx, "sleep 300 & echo $!").output.strip()
     session = session_of(ctx)
-    before = set(session._proc.pids())
+    before = {p.pid for p in session._proc.processes()}
     res = bash(ctx, "setsid sleep 1000 & (sleep 1000 &); nohup sleep 1000 >/dev/null 2>&1 & sleep infinity", timeout=1)
     assert res.timed_out and not res.session_restarted, res
-    assert set(session._proc.pids()) <= before  # nothing the call started survives, daemons included
+    assert {p.pid for p in session._proc.processes()} <= before  # nothing the call started survives, daemons included
     # bash may first report the jobs the timeout killed ("... Killed  nohup sleep 1000"): that is
     # the shell's own job notice, not output of this command.
     lines = bash(ctx, f"kill -0 {old} && echo old-job-alive").output.splitlines()

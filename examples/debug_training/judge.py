@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from proctor import Judge, JudgeContext, Sandbox, SandboxLimits, SandboxSpec, Verdict
+from proctor import Judge, JudgeContext, SandboxLimits, SandboxSpec, Verdict
 from proctor.custody import CustodyLimits, MisbehaviourEvent, take_custody
 from proctor.judges import grading_watch
 from proctor.sandbox.models import MiB
@@ -164,18 +164,18 @@ class RetrainJudge(Judge):
             return None
         facts: dict[str, float | str] = {"reference": round(reference, 4), "chance": round(chance, 4)}
         limits = SandboxLimits(memory_bytes=self.memory_bytes, pids=128, cpus=1.0, workdir_bytes=64 * MiB, tmp_bytes=64 * MiB)
-        with Sandbox.create(SandboxSpec(limits=limits, data_dir=str(data))) as box:
+        with ctx.sandbox_backend().create(SandboxSpec(limits=limits, data_dir=str(data))) as box:
             box.copy_in(submission)
-            python = f"{box.runtime}/bin/python" if box.runtime else "/usr/bin/python3"
+            python = f"{box.python_runtime}/bin/python" if box.python_runtime else "/usr/bin/python3"
             env = [f"{k}={v}" for k, v in {**THREAD_ENV, "TRAIN_SEED": str(train_seed)}.items()]
-            cpu0 = box.usage().get("cpu_ns", 0)
+            cpu0 = box.usage().cpu_ns
             started = time.monotonic()
             wall_budget = max(1.0, min(self.run_wall_s, ctx.time_left() - 5.0))
             done = box.run(["/usr/bin/env", *env, python, "-I", "/workdir/train.py"], timeout=wall_budget, cwd="/workdir")
             wall = time.monotonic() - started
             grading_watch.observe_run(box, "retraining sandbox", timed_out=done.timed_out)  # daemons, limits hit
             kill = box.kill_all()
-            cpu = (box.usage().get("cpu_ns", 0) - cpu0) / 1e9
+            cpu = (box.usage().cpu_ns - cpu0) / 1e9
             facts |= {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
             tail = (done.stderr or b"")[-300:].decode(errors="replace").strip()
             if not kill.empty:

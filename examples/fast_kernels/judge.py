@@ -152,8 +152,8 @@ class KernelSpeedJudge(Judge):
             stack.callback(shutil.rmtree, base_dir, ignore_errors=True)
             (Path(base_dir) / self.path).write_text(self.baseline)
             os.chmod(base_dir, 0o755)
-            base = stack.enter_context(StudentRunner(base_dir, limits=limits, call_timeout_s=60, deadline=ctx.deadline))
-            student = stack.enter_context(StudentRunner(ctx.submission, limits=limits, call_timeout_s=60, deadline=ctx.deadline))
+            base = stack.enter_context(StudentRunner(base_dir, limits=limits, call_timeout_s=60, deadline=ctx.deadline, backend=ctx.sandbox_backend()))
+            student = stack.enter_context(StudentRunner(ctx.submission, limits=limits, call_timeout_s=60, deadline=ctx.deadline, backend=ctx.sandbox_backend()))
             return self._race(base, student, calls, grading_seed)
 
     def _setup(self, runner: StudentRunner) -> StudentCall:
@@ -173,7 +173,7 @@ class KernelSpeedJudge(Judge):
             return Verdict.zero(f"{self.path} could not be loaded: {setup.error}", metadata=meta)
         _clock_events(setup.value, "while loading", events)
         assert student.sandbox is not None
-        cpu_start = student.sandbox.usage().get("cpu_ns", 0)
+        cpu_start = student.sandbox.usage().cpu_ns
         order = np.random.default_rng(grading_seed ^ 0x5EED).random(len(calls)) < 0.5
         base_costs: list[float] = []
         mine: list[StudentCall] = []
@@ -190,7 +190,7 @@ class KernelSpeedJudge(Judge):
                 window = _ClockWindow()
                 got = student.call(f"{DRIVER_MODULE}:run", call.request, timeout=budget)
                 window.close()
-                returned_at_cpu = student.sandbox.usage().get("cpu_ns", 0)
+                returned_at_cpu = student.sandbox.usage().cpu_ns
                 if not got.ok:
                     return Verdict.zero(f"call {i + 1} (shape {call.request['shape']}) failed: {got.error}", metadata=meta, misbehaviour=events)
                 mine.append(got)
@@ -208,9 +208,9 @@ class KernelSpeedJudge(Judge):
                         events.append(late)
                     meta["wrong_call"] = i + 1
                     return Verdict.zero(f"call {i + 1} (shape {call.request['shape']}) is wrong: {why}", metadata=meta, misbehaviour=events)
-        cpu_total = (student.sandbox.usage().get("cpu_ns", 0) - cpu_start) / 1e9
+        cpu_total = (student.sandbox.usage().cpu_ns - cpu_start) / 1e9
         events += self._cpu_events(mine, cpu_total, meta)
-        if not any(e.kind == "background_work" for e in events) and (quiet := _still_working(student, student.sandbox.usage().get("cpu_ns", 0))):
+        if not any(e.kind == "background_work" for e in events) and (quiet := _still_working(student, student.sandbox.usage().cpu_ns)):
             events.append(quiet)
         costs = [self._cost(c) for c in mine]
         ratios = [b / max(s, 1e-9) for b, s in zip(base_costs[self.warmup:], costs[self.warmup:])]
@@ -313,7 +313,7 @@ def _still_working(student: StudentRunner, since_cpu_ns: int) -> MisbehaviourEve
     assert student.sandbox is not None
     before = since_cpu_ns
     time.sleep(QUIET_WINDOW_S)
-    used = (student.sandbox.usage().get("cpu_ns", 0) - before) / 1e9
+    used = (student.sandbox.usage().cpu_ns - before) / 1e9
     if used > QUIET_CPU_S:
         return MisbehaviourEvent(kind="background_work", detail=f"the student's sandbox used {used:.3f}s of CPU in a {QUIET_WINDOW_S:g}s window with no call in flight")
     return None

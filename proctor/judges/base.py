@@ -22,12 +22,15 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..custody import MisbehaviourEvent
 from . import grading_watch
+
+if TYPE_CHECKING:
+    from ..sandbox import SandboxBackend
 
 EXPLANATION_CHARS = 2000
 METADATA_BYTES = 16 * 1024
@@ -71,9 +74,18 @@ class JudgeContext:
     """time.monotonic() by which the judge must be done."""
     misbehaviour: list[MisbehaviourEvent] = field(default_factory=list)
     """Events recorded so far in this step (custody refusals, ...), read-only for judges."""
+    backend: Any = None
+    """The rollout's sandbox runtime (a `SandboxBackend`), or None for the default (bwrap). A judge
+    that runs student code makes its sandboxes with `sandbox_backend()` (StudentRunner takes it as
+    `backend=`), so graded code is confined exactly as the student was."""
 
     def time_left(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+    def sandbox_backend(self) -> SandboxBackend:
+        from ..sandbox import get_backend
+
+        return self.backend if self.backend is not None else get_backend()
 
 
 class Judge(BaseModel, ABC):

@@ -25,7 +25,6 @@ the kernel refused: see docs/student_code.md), and a daemon that exits before th
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -33,10 +32,9 @@ from typing import TYPE_CHECKING
 
 from ..custody import MisbehaviourEvent
 from ..detectors import resource_events
-from ..sandbox import procfs
 
 if TYPE_CHECKING:
-    from ..sandbox import Sandbox
+    from ..sandbox import ProcessInfo, StudentSandbox
 
 _SHOWN = 5
 _current: ContextVar[list[MisbehaviourEvent] | None] = ContextVar("proctor_grading_events", default=None)
@@ -68,50 +66,33 @@ def record(events: Iterable[MisbehaviourEvent], sink: list[MisbehaviourEvent] | 
             target.append(event)
 
 
-def detached(box: Sandbox, group_pids: Iterable[int], root_pid: int | None) -> list[tuple[int, str]]:
-    """Live processes among `group_pids` that do not descend from `root_pid` (all of them when
-    the root has exited, or is None): what a run left behind on purpose."""
-    pids = set(group_pids)
+def detached(box: StudentSandbox, processes: Iterable[ProcessInfo], root: int | None) -> list[tuple[int, str]]:
+    """Live student processes among `processes` (a run's tree, as its sandbox reports it) that do
+    not descend from `root` (all of them when the root has exited, or is None): what a run left
+    behind on purpose. A zombie leader whose other threads run on counts as live (the backend's
+    `zombie` is true only once every thread has exited)."""
+    within = {p.pid: p for p in processes}
     left = []
-    for pid in sorted(pids):
-        if pid == root_pid or _descends(pid, root_pid, pids):
+    for pid in sorted(within):
+        info = within[pid]
+        if pid == root or _descends(pid, root, within):
             continue
-        ids = procfs.uids_of(pid)
-        if ids is None or box.uid not in ids or not _alive(pid):
+        if info.uid != box.uid or info.zombie:
             continue
-        left.append((pid, procfs.cmdline_of(pid)))
+        left.append((pid, info.command))
     return left
 
 
-def _alive(pid: int) -> bool:
-    """Any thread of `pid` still running. A leader that ended its own thread (pthread_exit) shows
-    as a zombie while its other threads work on: a zombie leader hides from a state check."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    return any(tid == str(pid) and not procfs.is_zombie(pid) or tid != str(pid) and not _thread_zombie(pid, tid) for tid in tasks)
-
-
-def _thread_zombie(pid: int, tid: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return True
-    return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] in (b"Z", b"X")
-
-
-def _descends(pid: int, root: int | None, within: set[int]) -> bool:
-    """Whether `root` is an ancestor of `pid` through parents inside `within` (the run's cgroup)."""
+def _descends(pid: int, root: int | None, within: dict[int, ProcessInfo]) -> bool:
+    """Whether `root` is an ancestor of `pid` through parents inside `within` (the run's tree)."""
     if root is None:
         return False
     seen = 0
     while pid in within and seen < 64:
-        parent = procfs.ppid_of(pid)
+        parent = within[pid].ppid
         if parent == root:
             return True
-        if parent is None:
+        if not parent:
             return False
         pid, seen = parent, seen + 1
     return False
@@ -123,7 +104,7 @@ def left_event(left: list[tuple[int, str]], where: str) -> MisbehaviourEvent:
                              detail=f"{where}: {len(left)} process(es) detached from the run and still alive when it ended: {shown}")
 
 
-def sandbox_events(box: Sandbox, where: str) -> list[MisbehaviourEvent]:
+def sandbox_events(box: StudentSandbox, where: str) -> list[MisbehaviourEvent]:
     """What the kernel counted in a grading sandbox since the last look (limits hit). Every sandbox
     a judge runs student code in passes through here (StudentRunner.close, observe_run), so a new
     sandbox-level signal (the keyring branch's refused syscalls) is forwarded by one more line."""
@@ -132,12 +113,12 @@ def sandbox_events(box: Sandbox, where: str) -> list[MisbehaviourEvent]:
     return [MisbehaviourEvent(kind=e.kind, detail=f"{where}: {e.detail}") for e in events]
 
 
-def observe_run(box: Sandbox, where: str, *, timed_out: bool) -> list[MisbehaviourEvent]:
+def observe_run(box: StudentSandbox, where: str, *, timed_out: bool) -> list[MisbehaviourEvent]:
     """After a one-shot command (`box.run`) returned and before anything is killed: whatever of
     the sandbox is still alive was left behind (unless the command timed out, when the harness
     killed its tree and stragglers are the kill's business). Recorded into the current scope."""
     events = sandbox_events(box, where)
-    if not timed_out and (left := detached(box, box.pids(), None)):
+    if not timed_out and (left := detached(box, box.processes(), None)):
         events.append(left_event(left, where))
     record(events)
     return events

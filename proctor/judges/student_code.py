@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ProctorError, SandboxError
 from ..custody import MisbehaviourEvent
-from ..sandbox import Mount, Sandbox, SandboxLimits, SandboxSpec, StudentProcess
+from ..sandbox import Mount, SandboxBackend, SandboxLimits, SandboxSpec, StudentProcess, StudentSandbox, get_backend
 from . import grading_watch
 
 MiB = 1024 * 1024
@@ -158,7 +158,7 @@ class _Server:
 
     def close(self) -> None:
         """Kill the server's whole process tree (daemons included) and release its pipes."""
-        if self.proc.alive() or self.proc.pids():
+        if self.proc.alive() or self.proc.processes():
             self.proc.kill_tree()
         self.proc.popen.wait()
         self.drainer.join(timeout=1.0)  # the tree is dead, so EOF is immediate
@@ -220,6 +220,7 @@ class StudentRunner:
         data_dir: str | None = None,
         require: Iterable[str] | None = None,
         deadline: float | None = None,
+        backend: SandboxBackend | None = None,
     ) -> None:
         if call_timeout_s <= 0 or response_limit_bytes <= 0:
             raise ValueError("call_timeout_s and response_limit_bytes must be positive")
@@ -230,7 +231,8 @@ class StudentRunner:
         self.data_dir = data_dir
         self.require = require
         self.deadline = deadline
-        self.sandbox: Sandbox | None = None
+        self.backend = backend if backend is not None else get_backend()
+        self.sandbox: StudentSandbox | None = None
         self.servers_started = 0
         self._grader_dir: str | None = None
         self._server: _Server | None = None
@@ -258,7 +260,7 @@ class StudentRunner:
                 limits=self.limits, data_dir=self.data_dir,
                 mounts=(Mount(source=self._grader_dir, target="/grader"),),
             )
-            self.sandbox = Sandbox.create(spec, require=self.require)
+            self.sandbox = self.backend.create(spec, require=self.require)
             if self.submission.is_dir():
                 self.sandbox.copy_in(self.submission)
         except BaseException:
@@ -306,7 +308,7 @@ class StudentRunner:
     @property
     def python(self) -> str:
         assert self.sandbox is not None, "runner not open"
-        return f"{self.sandbox.runtime}/bin/python" if self.sandbox.runtime else "/usr/bin/python3"
+        return f"{self.sandbox.python_runtime}/bin/python" if self.sandbox.python_runtime else "/usr/bin/python3"
 
     # -- calls -------------------------------------------------------------------------------------
     def call(self, target: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> StudentCall:
@@ -376,7 +378,7 @@ class StudentRunner:
         if self._server is not None:
             server, self._server = self._server, None
             server.close()
-            if survivors := server.proc.pids():
+            if survivors := server.proc.processes():
                 self._record([MisbehaviourEvent(kind="unreapable_processes", detail=f"{self.where}: {len(survivors)} process(es) of the call server survived the kill")])
 
     def _record(self, events: list[MisbehaviourEvent]) -> None:
@@ -389,13 +391,13 @@ class StudentRunner:
         death, not by design, so nothing is judged then."""
         if server.dead or server.proc.popen.poll() is not None or self.sandbox is None:
             return
-        if left := grading_watch.detached(self.sandbox, server.proc.pids(), server.proc.pid):
+        if left := grading_watch.detached(self.sandbox, server.proc.processes(), server.proc.root()):
             self._record([grading_watch.left_event(left, self.where)])
 
     def _exchange(self, server: _Server, rid: str, line: bytes, end: float, what: str, budget: float | None) -> StudentCall:
         assert self.sandbox is not None
         before = self.sandbox.usage()
-        cpu0, oom0 = before.get("cpu_ns", 0), before.get("oom_kills", 0)
+        cpu0, oom0 = before.cpu_ns, before.oom_kills
         start = time.monotonic()
         outcome: dict[str, Any]
         try:
@@ -418,13 +420,13 @@ class StudentRunner:
             self._kill()  # the channel's state is unknown now: the next call starts afresh
             if why.timed_out:
                 why.error = f"{what} timed out after {budget:g}s" if budget is not None else f"{what} stopped: the judge's time ran out"
-            elif why.crashed and self.sandbox.usage().get("oom_kills", 0) > oom0:
+            elif why.crashed and self.sandbox.usage().oom_kills > oom0:
                 why.error += " (out of memory: the kernel killed it)"
             outcome = {"ok": False, "error": why.error, "timed_out": why.timed_out, "crashed": why.crashed}
         wall = time.monotonic() - start
         if server.dead is False and self._server is server and server.proc.popen.poll() is not None:
             self._kill()  # replied, then died: the reply stands, the next call restarts
-        cpu = (self.sandbox.usage().get("cpu_ns", 0) - cpu0) / 1e9
+        cpu = (self.sandbox.usage().cpu_ns - cpu0) / 1e9
         if self._server is server:
             self._watch_idle(server)  # after the measurements: the check costs the student nothing
         return StudentCall(wall_s=wall, cpu_s=max(cpu, 0.0), **outcome)
@@ -527,10 +529,11 @@ def run_student(
     *args: Any,
     limits: SandboxLimits | None = None,
     timeout_s: float = 30.0,
+    backend: SandboxBackend | None = None,
     **kwargs: Any,
 ) -> StudentCall:
     """One call into student code in a fresh sandbox, torn down afterwards."""
-    with StudentRunner(submission, limits=limits, call_timeout_s=timeout_s) as runner:
+    with StudentRunner(submission, limits=limits, call_timeout_s=timeout_s, backend=backend) as runner:
         return runner.call(target, *args, **kwargs)
 
 

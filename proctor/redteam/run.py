@@ -27,6 +27,7 @@ from ..agents.scripted import NullAgent, ScriptedAgent
 from ..harness import RolloutConfig, run_rollout
 from ..errors import ConfigError
 from ..results import write_atomically
+from ..sandbox import RUNTIMES, get_backend
 from ..tasks.loading import Environment, resolved
 from ..tasks.models import Script, ScriptTurn, Task
 from .attacks import ATTACKS, applicable
@@ -99,10 +100,14 @@ def _one(task: Task, instance, env: Environment, out: Path, name: str, family: s
 def run_redteam(
     env: Environment, *, tasks: list[str] | None = None, attacks: list[str] | None = None,
     families: list[str] | None = None, out_dir: str | Path | None = None, parallel: int = 1, penalty: float = 0.0,
+    runtime: str = "bwrap",
 ) -> list[RedteamRow]:
     if not 0.0 <= penalty <= 10.0:
         raise ConfigError(f"penalty {penalty:g} is outside 0..10 (a misbehaved rollout's reward is minus the penalty)")
-    config = RolloutConfig(misbehaviour_penalty=penalty)
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"unknown sandbox runtime {runtime!r}: choose one of {', '.join(RUNTIMES)}")
+    get_backend(runtime)  # a runtime this install lacks fails here, in one line, not once per rollout
+    config = RolloutConfig(misbehaviour_penalty=penalty, runtime=runtime)
     known = {a.id for a in [*ATTACKS, *env.attacks]}
     for name in attacks or []:
         if name not in known:

@@ -1,7 +1,18 @@
 """proctor.sandbox: the kernel-enforced world of one student."""
 
+from .backend import (
+    RUNTIMES,
+    ProcessInfo,
+    RuntimeName,
+    SandboxBackend,
+    SandboxUsage,
+    StudentProcess,
+    StudentSandbox,
+    at_least,
+    get_backend,
+)
 from .confinement import DEFAULT_REQUIRED, machine_confinement, probe
-from .core import Sandbox, StudentProcess
+from .core import BwrapBackend, Sandbox
 from .models import (
     ConfinementReport,
     Device,
@@ -18,6 +29,8 @@ from .models import (
 from .reclaim import reclaim_stale
 
 __all__ = [
+    "RUNTIMES", "BwrapBackend", "ProcessInfo", "RuntimeName", "SandboxBackend", "SandboxUsage", "StudentSandbox",
+    "at_least", "get_backend",
     "DEFAULT_REQUIRED", "ConfinementReport", "Device", "Endpoint", "ExecResult", "KillReport", "Mount",
     "NetworkPolicy", "Protection", "ResourceUsage", "Sandbox", "SandboxLimits", "SandboxSpec", "StudentProcess",
     "machine_confinement", "probe", "reclaim_stale",

@@ -2,7 +2,7 @@
 
 Everything above `proctor.sandbox` (tools, custody, detectors, judges, the episode, the red team,
 the CLI and the server) talks to a sandbox only through the two protocols here, and chooses a
-runtime only by name through `backend()`. Nothing outside this package imports bubblewrap-,
+runtime only by name through `get_backend()`. Nothing outside this package imports bubblewrap-,
 gVisor-, cgroup- or namespace-specific code, and nothing touches a backend's private members.
 
 Backends:
@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import ConfigError
 from .models import ConfinementReport, ExecResult, KillReport, SandboxSpec
 
 if TYPE_CHECKING:
@@ -103,8 +104,9 @@ class StudentSandbox(Protocol):
         """The host uid the student runs as (leased for this sandbox alone)."""
 
     @property
-    def python_runtime(self) -> str:
-        """The student's Python runtime (a venv root), read-only at the same path inside."""
+    def python_runtime(self) -> str | None:
+        """The student's Python runtime (a venv root), read-only at the same path inside; None
+        when setup built none (the student then has only /usr/bin/python3)."""
 
     @property
     def workdir(self) -> Path:
@@ -135,12 +137,13 @@ class StudentSandbox(Protocol):
 
     def usage(self) -> SandboxUsage: ...
 
-    def full_places(self) -> list[str]:
-        """Which of /workdir, /tmp and /dev/shm have no free byte or inode left."""
+    def full_places(self) -> dict[str, str]:
+        """Which of /workdir, /tmp and /dev/shm are full, each with what ran out ("bytes" or
+        "inodes"); the detectors name both in the event."""
 
     def network_counters(self) -> dict[str, int]:
         """SNMP-style counters of the sandbox's network stack while it runs (empty otherwise);
-        `Ip.OutNoRoutes` counts packets to addresses it has no route to."""
+        the names in `BLOCKED_COUNTERS` count packets kept from leaving (`blocked_packets`)."""
 
     def syscall_attempts(self) -> list[SyscallAttempt]:
         """Forbidden syscalls refused and recorded since the last call (drained on read)."""
@@ -176,3 +179,50 @@ class SandboxBackend(Protocol):
 
     def reclaim_stale(self) -> list[str]:
         """Tear down what dead harness processes left of this runtime's sandboxes."""
+
+
+# Every backend's network_counters() uses these names for what it kept from leaving: no route
+# (the internet, metadata services, other hosts), or sent out of lo to a non-loopback address.
+BLOCKED_COUNTERS = ("Ip.OutNoRoutes", "Ip6.OutNoRoutes", "Guard.LoopbackEscapes")
+
+
+def blocked_packets(counters: dict[str, int]) -> int:
+    """Packets the sandbox's network stack kept from leaving."""
+    return sum(counters.get(name, 0) for name in BLOCKED_COUNTERS)
+
+
+# name -> (module in this package, class): imported only when chosen, so a machine without gVisor
+# never imports its backend and a test run never imports the fake by accident.
+_BACKENDS: dict[str, tuple[str, str]] = {
+    "bwrap": ("core", "BwrapBackend"),
+    "gvisor": ("gvisor", "GvisorBackend"),
+    "fake": ("fake", "FakeBackend"),
+}
+_made: dict[str, SandboxBackend] = {}
+
+
+def get_backend(name: RuntimeName = "bwrap", *, allow_fake: bool = False) -> SandboxBackend:
+    """The backend called `name` (one instance per process). `fake` confines nothing, so it is
+    refused unless the caller (a unit test) passes `allow_fake=True`; nothing user-facing does."""
+    if name not in _BACKENDS:
+        raise ConfigError(f"unknown sandbox runtime {name!r}: choose one of {', '.join(RUNTIMES)}")
+    if name == "fake" and not allow_fake:
+        raise ConfigError("the fake sandbox runtime confines nothing and is for unit tests only; pass allow_fake=True in a test")
+    if name not in _made:
+        import importlib
+
+        module, cls = _BACKENDS[name]
+        try:
+            found = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"sandbox runtime {name!r} is not available in this Proctor install ({exc}); use --runtime bwrap") from None
+        _made[name] = found()
+    return _made[name]
+
+
+RUNTIME_STRENGTH: dict[str, int] = {"fake": 0, "bwrap": 1, "gvisor": 2}
+
+
+def at_least(runtime: RuntimeName, required: RuntimeName | None) -> bool:
+    """Whether `runtime` confines at least as strongly as `required` (gVisor > bwrap > fake)."""
+    return required is None or RUNTIME_STRENGTH[runtime] >= RUNTIME_STRENGTH[required]

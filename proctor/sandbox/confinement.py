@@ -7,9 +7,10 @@ import errno
 import os
 import platform
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import ProctorError, SandboxUnavailable
+from ..errors import ConfinementError, ProctorError, SandboxUnavailable
 from . import syscall_filter
 from .cgroups import layout
 from .environment import student_env
@@ -117,7 +118,7 @@ def probe() -> ConfinementReport:
         blocks, bsize, inodes = (int(x) for x in seen.get("workdir", "0 0 0").split())
         swap = _swap_total()
         memsw_ok = memsw.exists() and memsw.read_text().strip() in ("0", str(PROBE_LIMITS.memory_bytes))
-        expected_env = set(student_env(box.runtime, {}))
+        expected_env = set(student_env(box.python_runtime, {}))
         # The shell itself adds PWD, SHLVL and _; anything else came from outside.
         env_names = set(seen.get("envnames", "").strip(",").split(",")) - {"PWD", "SHLVL", "_"}
         guarded = box._anchor_pid is not None and loopback_escapes(box._anchor_pid) is not None
@@ -144,9 +145,9 @@ def probe() -> ConfinementReport:
                "tmpfs with size= and nr_inodes= for /workdir, /tmp, /dev/shm", f"/workdir: {blocks * bsize} bytes, {inodes} inodes"),
             _p("oom_priority", seen.get("oom") == "1000", "oom_score_adj 1000 for student processes"),
             _p("clean_environment", env_names == expected_env, "fixed minimal environment", f"variables: {', '.join(sorted(env_names))}"),
-            _p("own_inodes", seen.get("view_inodes", "").split() == [str(VIEW_INODES)] * 3 and seen.get("null_dev") == str(os.stat(box.places.view).st_dev),
+            _p("own_inodes", seen.get("view_inodes", "").split() == [str(VIEW_INODES)] * 3 and seen.get("null_dev") == str(os.stat(box._places.view).st_dev),
                "a tmpfs per sandbox: read-only overlays of /usr, /etc, the runtime and /data, its own /dev nodes",
-               "locks, inotify watches and statvfs of what the student reads are its own" if seen.get("null_dev") == str(os.stat(box.places.view).st_dev) else f"/usr, /etc, /dev/null report {seen.get('view_inodes')} inodes"),
+               "locks, inotify watches and statvfs of what the student reads are its own" if seen.get("null_dev") == str(os.stat(box._places.view).st_dev) else f"/usr, /etc, /dev/null report {seen.get('view_inodes')} inodes"),
             _p("host_counters_masked", seen.get("counters") == "000", "host-global /proc counters bound over with per-sandbox files",
                "pty count, key users, open files and the rest of procmask's list"),
             Protection(name="shared_host_resources", status="degraded", mechanism="none: one kernel's page cache and CPUs", detail=RESIDUAL),
@@ -170,6 +171,25 @@ def _syscall_filter(seen: dict[str, str], recorded: list[str]) -> Protection:
     ok = seen.get("Seccomp") == "2" and seen.get("add_key") == f"refused-{errno.EPERM}" and "add_key" in recorded
     return _p("syscall_filter", ok, mechanism,
               f"Seccomp={seen.get('Seccomp')}, add_key as the student: {seen.get('add_key')}, recorded: {', '.join(recorded) or 'nothing'}")
+
+
+def grant(report: ConfinementReport, required: Iterable[str], *, allow_degraded: bool, runtime: str = "bwrap") -> bool:
+    """Check `report` grants every `required` protection; return whether the sandbox is degraded
+    (some required one is not enforced, which only `allow_degraded` lets through). Raises
+    ConfinementError naming each protection that is unknown, or lacking without the opt-out."""
+    needed = set(required)
+    unknown = needed - {p.name for p in report.protections}
+    if unknown:
+        raise ConfinementError(f"unknown protection(s) required under {runtime}: {', '.join(sorted(unknown))}")
+    lacking = sorted(n for n in needed if report.get(n).status != "enforced")  # type: ignore[union-attr]
+    if lacking and not allow_degraded:
+        details = "; ".join(f"{n}: {report.get(n).status} ({report.get(n).detail})" for n in lacking)  # type: ignore[union-attr]
+        check = "proctor check confinement" + ("" if runtime == "bwrap" else f" --runtime {runtime}")
+        raise ConfinementError(
+            f"this machine does not enforce {', '.join(lacking)} under {runtime} ({details}); "
+            f"run `{check}`, or opt out explicitly with allow_degraded=True"
+        )
+    return bool(lacking)
 
 
 def machine_confinement() -> ConfinementReport:

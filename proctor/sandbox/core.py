@@ -16,18 +16,20 @@ import os
 import secrets
 import selectors
 import shutil
+import signal
 import stat
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..errors import ConfinementError, SandboxError
+from ..errors import SandboxError
 from . import keyrings, procfs, reclaim, syscall_filter, tmpfs
 from .capture import HeadTail
 from .cgroups import SandboxCgroup
 from .environment import student_env, student_path
 from .host import binaries, require_host, state_dir
+from .backend import ProcessInfo, RuntimeName, SandboxUsage
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
 from .native import helper
 from .network import NetworkBridge, guard_loopback, net_counters
@@ -59,7 +61,7 @@ def _setpriv(uid: int, gid: int) -> list[str]:
     ]
 
 
-class StudentProcess:
+class BwrapProcess:
     """A long-running process inside the sandbox (e.g. a shell session), with pipes."""
 
     def __init__(self, popen: subprocess.Popen, group: str, sandbox: Sandbox) -> None:
@@ -74,8 +76,35 @@ class StudentProcess:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def pids(self) -> list[int]:
-        return self._sandbox._cg.child_pids(self.group)
+    def root(self) -> int | None:
+        """The student's process itself: nsenter's child in this command's cgroup."""
+        for pid in self._sandbox._cg.child_pids(self.group):
+            if procfs.ppid_of(pid) == self.popen.pid and not procfs.is_zombie(pid):
+                return pid
+        return None
+
+    def processes(self) -> list[ProcessInfo]:
+        return _process_infos(self._sandbox._cg.child_pids(self.group), self._sandbox._cg.pids())
+
+    def kill(self, pids: Iterable[int]) -> None:
+        wanted = list(pids)
+        pinned = []
+        for pid in wanted:
+            try:
+                pinned.append((pid, os.pidfd_open(pid)))
+            except OSError:
+                pass
+        # Membership is read after pinning: a pid that ended and was recycled by another process
+        # between the caller's look and now is no longer in the cgroup and is never signalled.
+        members = set(self._sandbox._cg.child_pids(self.group))
+        for pid, fd in pinned:
+            try:
+                if pid in members:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
     def kill_tree(self) -> None:
         """Kill this process and every process it started, daemons included."""
@@ -84,7 +113,10 @@ class StudentProcess:
 
 
 class Sandbox:
-    """An isolated, kernel-confined world for one student. Use as a context manager."""
+    """An isolated, kernel-confined world for one student (the bwrap backend's `StudentSandbox`).
+    Use as a context manager."""
+
+    backend: RuntimeName = "bwrap"
 
     def __init__(self, spec: SandboxSpec, confinement: ConfinementReport, *, degraded_ok: bool) -> None:
         self.spec = spec
@@ -102,8 +134,8 @@ class Sandbox:
         self._syscalls: SyscallRecorder | None = None
         self._closed = False
         root = state_dir("sandboxes") / self.id
-        self.places = Places(root, root / "view", root / "workdir", root / "tmp", root / "shm")
-        self.runtime = spec.runtime or default_runtime()
+        self._places = Places(root, root / "view", root / "workdir", root / "tmp", root / "shm")
+        self.python_runtime = spec.runtime or default_runtime()
 
     # -- creation --------------------------------------------------------------------------------
     @classmethod
@@ -117,25 +149,15 @@ class Sandbox:
         """Build a sandbox. Fails with ConfinementError naming the protection if this machine
         cannot give one that is required (all default protections unless `require` says
         otherwise), unless `allow_degraded` is set, in which case the grant records the gap."""
-        from .confinement import DEFAULT_REQUIRED, machine_confinement
+        from .confinement import DEFAULT_REQUIRED, grant, machine_confinement
 
         require_host()
         become_subreaper()
         spec = spec or SandboxSpec()
         reclaim.reclaim_once()
         report = machine_confinement()
-        needed = set(DEFAULT_REQUIRED if require is None else require)
-        unknown = needed - {p.name for p in report.protections}
-        if unknown:
-            raise ConfinementError(f"unknown protection(s) required: {', '.join(sorted(unknown))}")
-        lacking = sorted(n for n in needed if report.get(n).status != "enforced")  # type: ignore[union-attr]
-        if lacking and not allow_degraded:
-            details = "; ".join(f"{n}: {report.get(n).status} ({report.get(n).detail})" for n in lacking)  # type: ignore[union-attr]
-            raise ConfinementError(
-                f"this machine does not enforce {', '.join(lacking)} ({details}); "
-                "run `proctor check confinement`, or opt out explicitly with allow_degraded=True"
-            )
-        box = cls(spec, report, degraded_ok=bool(lacking))
+        degraded = grant(report, DEFAULT_REQUIRED if require is None else require, allow_degraded=allow_degraded)
+        box = cls(spec, report, degraded_ok=degraded)
         try:
             box._build()
         except BaseException:
@@ -147,21 +169,17 @@ class Sandbox:
         self._lease = lease_uid()
         uid = gid = self._lease.uid
         reclaim.write_meta(self.id, uid)
-        if self.runtime:
-            check_trusted_dirs(student_path(self.runtime))
-        self.places.root.mkdir(mode=0o700, exist_ok=True)
+        if self.python_runtime:
+            check_trusted_dirs(student_path(self.python_runtime))
+        self._places.root.mkdir(mode=0o700, exist_ok=True)
         limits = self.spec.limits
-        own = OwnView(self.places.view)
+        own = OwnView(self._places.view)
         own.build(ETC_ALLOWLIST, identity_files(uid, gid, self.spec.hostname), limits)
-        for path in (self.places.workdir, self.places.tmp, self.places.shm):
-            path.mkdir(mode=0o700, exist_ok=True)
-        tmpfs.mount_tmpfs(self.places.workdir, size=limits.workdir_bytes, inodes=limits.workdir_inodes, uid=uid, gid=gid, mode=0o700)
-        tmpfs.mount_tmpfs(self.places.tmp, size=limits.tmp_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
-        tmpfs.mount_tmpfs(self.places.shm, size=limits.shm_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
+        tmpfs.mount_places(self._places.workdir, self._places.tmp, self._places.shm, limits, uid)
         self._cg.create(limits)
-        self._env = student_env(self.runtime, self.spec.env)
+        self._env = student_env(self.python_runtime, self.spec.env)
         # Built (and validated: data dir, mounts, devices) once, so a bad spec fails at creation.
-        self._bwrap_args = bwrap_args(self.spec, own, self.places, self.runtime)
+        self._bwrap_args = bwrap_args(self.spec, own, self._places, self.python_runtime)
         if self.spec.network.allow:
             self._bridge = NetworkBridge(self.spec.network.allow)
         if syscall_filter.supported():
@@ -176,7 +194,7 @@ class Sandbox:
     @property
     def workdir(self) -> Path:
         """Host path of the student's /workdir (for custody only: never follow paths in it)."""
-        return self.places.workdir
+        return self._places.workdir
 
     # -- the session -----------------------------------------------------------------------------
     def _ensure_session(self) -> None:
@@ -251,7 +269,7 @@ class Sandbox:
         return self._syscalls.drain() if self._syscalls else []
 
     # -- running commands ------------------------------------------------------------------------
-    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> StudentProcess:
+    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> BwrapProcess:
         """Start a long-running student process with stdin/stdout/stderr pipes."""
         self._ensure_session()
         group = self._cg.new_child()
@@ -260,7 +278,7 @@ class Sandbox:
             pass_fds=self._loader_fds(),
         )
         self._check_entered(proc)
-        return StudentProcess(proc, group, self)
+        return BwrapProcess(proc, group, self)
 
     def run(
         self,
@@ -362,15 +380,28 @@ class Sandbox:
                 self._cg.remove_child(child)
         return report
 
-    def usage(self) -> dict[str, int]:
-        return self._cg.usage()
+    def usage(self) -> SandboxUsage:
+        return SandboxUsage(**self._cg.usage())
+
+    def full_places(self) -> dict[str, str]:
+        full = {}
+        for name, path in (("/workdir", self._places.workdir), ("/tmp", self._places.tmp), ("/dev/shm", self._places.shm)):
+            try:
+                st = os.statvfs(path)
+            except OSError:
+                continue
+            if st.f_blocks and st.f_bavail == 0:
+                full[name] = "bytes"
+            elif st.f_files and st.f_favail == 0:
+                full[name] = "inodes"
+        return full
 
     def copy_in(self, source: str | Path, target: str = "") -> int:
         """Copy a trusted host tree (task files, a custody copy) into /workdir/`target`, owned
         by the student. Only regular files and directories are copied; a link or special file in
         the source is an authoring error. Returns the number of files copied."""
         source = Path(source)
-        dest = self.places.workdir / target if target else self.places.workdir
+        dest = self._places.workdir / target if target else self._places.workdir
         files = 0
         for root, dirs, names in os.walk(source):
             rel = Path(root).relative_to(source)
@@ -395,21 +426,11 @@ class Sandbox:
         otherwise); `Ip.OutNoRoutes` counts packets to addresses it has no route to."""
         return net_counters(self._anchor_pid) if self._anchor_pid else {}
 
-    def pids(self) -> list[int]:
+    def processes(self) -> list[ProcessInfo]:
         """Every process in the sandbox's cgroups now, zombies included (for watchers that judge
         what is left; `kill_all` is what ends them)."""
-        return self._cg.pids()
-
-    def student_processes(self) -> list[tuple[int, str]]:
-        """Live processes running as the student (pid, command line clipped to 200 characters):
-        what is still running when the harness wants the sandbox quiet, e.g. at custody."""
-        found = []
-        for pid in self._cg.pids():
-            ids = procfs.uids_of(pid)
-            if ids is None or self.uid not in ids or procfs.is_zombie(pid):
-                continue
-            found.append((pid, procfs.cmdline_of(pid)))
-        return found
+        pids = self._cg.pids()
+        return _process_infos(pids, pids)
 
     def close(self) -> None:
         """Tear everything down: processes, mounts, cgroups, files, the uid. Safe to call twice."""
@@ -430,7 +451,7 @@ class Sandbox:
                 errors.append(left)
         if self._syscalls:
             self._syscalls.close()
-        for step in (self._unmount_all, self._cg.remove, self._remove_files):
+        for step in (lambda: tmpfs.remove_tree(self._places.root), self._cg.remove):
             try:
                 step()
             except (SandboxError, OSError) as exc:
@@ -442,19 +463,41 @@ class Sandbox:
         if errors:
             raise SandboxError(f"teardown of {self.id} incomplete (reclaim will retry): {'; '.join(errors)}")
 
-    def _unmount_all(self) -> None:
-        for point in tmpfs.mounts_under(self.places.root):
-            tmpfs.unmount(point)
-
-    def _remove_files(self) -> None:
-        if self.places.root.exists():
-            shutil.rmtree(self.places.root)
-
     def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class BwrapBackend:
+    """bubblewrap namespaces on the host kernel, cgroups, capped tmpfs places and a syscall filter."""
+
+    name: RuntimeName = "bwrap"
+
+    def machine_confinement(self) -> ConfinementReport:
+        from .confinement import machine_confinement
+
+        return machine_confinement()
+
+    def create(self, spec: SandboxSpec | None = None, *, require: Iterable[str] | None = None, allow_degraded: bool = False) -> Sandbox:
+        return Sandbox.create(spec, require=require, allow_degraded=allow_degraded)
+
+    def reclaim_stale(self) -> list[str]:
+        return reclaim.reclaim_stale()
+
+
+def _process_infos(pids: list[int], sandbox_pids: Iterable[int]) -> list[ProcessInfo]:
+    inside = set(sandbox_pids)
+    found = []
+    for pid in pids:
+        ids = procfs.uids_of(pid)
+        if ids is None:
+            continue  # gone since the cgroup was read
+        parent = procfs.ppid_of(pid) or 0
+        found.append(ProcessInfo(pid=pid, ppid=parent if parent in inside else 0, uid=ids[0],
+                                 command=procfs.cmdline_of(pid), zombie=procfs.is_zombie(pid)))
+    return found
 
 
 def _read_all(fd: int, *, timeout_s: float, limit: int = 65536) -> bytes:

@@ -166,7 +166,7 @@ class KillReport(_Model):
     detail: str = ""
 
 
-ProtectionStatus = Literal["enforced", "degraded", "missing"]
+ProtectionStatus = Literal["enforced", "degraded", "missing", "absent"]  # absent: the runtime does not even try (the fake)
 
 
 class Protection(_Model):
@@ -187,7 +187,7 @@ class ConfinementReport(_Model):
 
     @property
     def missing(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.protections if p.status == "missing")
+        return tuple(p.name for p in self.protections if p.status in ("missing", "absent"))
 
     @property
     def ok(self) -> bool:

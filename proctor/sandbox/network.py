@@ -140,14 +140,6 @@ def loopback_escapes(netns_pid: int) -> int | None:
     return total
 
 
-BLOCKED_COUNTERS = ("Ip.OutNoRoutes", "Ip6.OutNoRoutes", "Guard.LoopbackEscapes")
-
-
-def blocked_packets(counters: dict[str, int]) -> int:
-    """Packets the namespace kept from leaving: no route, or sent out of lo to a non-loopback address."""
-    return sum(counters.get(name, 0) for name in BLOCKED_COUNTERS)
-
-
 def net_counters(netns_pid: int) -> dict[str, int]:
     """SNMP counters of the sandbox's namespace; `Ip.OutNoRoutes` and `Ip6.OutNoRoutes` count
     connection attempts to addresses the namespace has no route to (the internet, metadata, other

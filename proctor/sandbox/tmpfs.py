@@ -11,9 +11,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import shutil
 from pathlib import Path
 
 from ..errors import SandboxError
+from .models import SandboxLimits
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -35,6 +37,16 @@ def mount_tmpfs(target: Path, *, size: int, inodes: int, uid: int, gid: int, mod
     mount("tmpfs", target, "tmpfs", f"size={size},nr_inodes={inodes},mode={mode:o},uid={uid},gid={gid}", devices=devices)
 
 
+def mount_places(workdir: Path, tmp: Path, shm: Path, limits: SandboxLimits, uid: int) -> None:
+    """A sandbox's three writable places, each capped: /workdir the student's own (0700), /tmp
+    and /dev/shm sticky and shared by its processes."""
+    for path in (workdir, tmp, shm):
+        path.mkdir(mode=0o700, exist_ok=True)
+    mount_tmpfs(workdir, size=limits.workdir_bytes, inodes=limits.workdir_inodes, uid=uid, gid=uid, mode=0o700)
+    mount_tmpfs(tmp, size=limits.tmp_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
+    mount_tmpfs(shm, size=limits.shm_bytes, inodes=limits.tmp_inodes, uid=0, gid=0, mode=0o1777)
+
+
 def unmount(target: Path) -> None:
     """Lazily detach `target`; quiet when nothing is mounted there."""
     if _libc.umount2(os.fsencode(target), MNT_DETACH | UMOUNT_NOFOLLOW) != 0:
@@ -52,3 +64,11 @@ def mounts_under(directory: Path) -> list[Path]:
         if point == str(directory) or point.startswith(prefix):
             found.append(Path(point))
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def remove_tree(directory: Path) -> None:
+    """Unmount everything at or below `directory` (a sandbox's state dir), then delete it."""
+    for point in mounts_under(directory):
+        unmount(point)
+    if directory.exists():
+        shutil.rmtree(directory)

@@ -159,6 +159,8 @@ class Task(BaseModel):
     hidden: Path | None = Field(None, description="Host directory of hidden data (answer keys, hidden tests): only judges see it.")
     packages: tuple[str, ...] = Field((), description="Python distributions the student runtime must provide (checked before the rollout).")
     requires: tuple[str, ...] | None = Field(None, description="Confinement protections required; None: Proctor's default set.")
+    requires_runtime: Literal["bwrap", "gvisor"] | None = Field(
+        None, description="The weakest sandbox runtime this task may run under (gvisor is stronger than bwrap); a rollout on a weaker one is refused unless allow_degraded.")
     oracle: Script | None = Field(None, description="A reference solution as a script; the `oracle` agent plays it.")
     params: dict[str, Any] = Field(default_factory=dict, description="The instance parameters (set by families).")
 

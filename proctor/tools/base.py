@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..sandbox import Sandbox
+from ..sandbox import StudentSandbox
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -83,7 +83,7 @@ class ToolContext:
     task tools), and per-step state kept between calls (the bash tool keeps its shell session here). Close it to end that state; closing the sandbox
     or `kill_all()` ends it too, and the next call notices and starts afresh."""
 
-    def __init__(self, sandbox: Sandbox, config: ToolConfig | None = None, hidden: Path | None = None) -> None:
+    def __init__(self, sandbox: StudentSandbox, config: ToolConfig | None = None, hidden: Path | None = None) -> None:
         self.sandbox = sandbox
         self.config = config or ToolConfig()
         # The task's hidden dir, for a task's own tool that computes on hidden data harness-side

@@ -69,14 +69,13 @@ import os
 import re
 import secrets
 import selectors
-import signal
 import threading
 import time
 from dataclasses import dataclass
 
 from pydantic import Field, field_validator
 
-from ..sandbox import Sandbox, StudentProcess, procfs
+from ..sandbox import StudentProcess, StudentSandbox
 from ..sandbox.capture import HeadTail
 from .base import Arguments, Tool, ToolConfig, ToolContext, ToolResult, no_nul, render_output, utf8_len
 
@@ -123,7 +122,7 @@ class ShellUnavailable(Exception):
 class ShellSession:
     """The persistent shell of one sandbox."""
 
-    def __init__(self, sandbox: Sandbox, config: ToolConfig) -> None:
+    def __init__(self, sandbox: StudentSandbox, config: ToolConfig) -> None:
         self.sandbox = sandbox
         self.config = config
         self._proc: StudentProcess | None = None
@@ -141,10 +140,9 @@ class ShellSession:
         return self._proc is not None and self._proc.alive()
 
     def own_pids(self) -> set[int]:
-        """The shell process itself (nsenter's child), not anything the student started from it."""
-        if self._proc is None:
-            return set()
-        return {pid for pid in self._proc.pids() if procfs.ppid_of(pid) == self._proc.pid}
+        """The shell process itself, not anything the student started from it."""
+        root = self._proc.root() if self._proc is not None else None
+        return {root} if root is not None else set()
 
     def _start(self) -> None:
         proc = self.sandbox.spawn(["/bin/bash", "--norc", "--noprofile"], cwd="/workdir")
@@ -203,7 +201,7 @@ class ShellSession:
             except ShellUnavailable as exc:
                 return ToolResult.failure(f"bash: {exc}", started=started, session_restarted=restarted)
         assert self._proc is not None
-        before = set(self._proc.pids())
+        before = {p.pid for p in self._proc.processes()}
         nonce = secrets.token_hex(16)
         self.last_nonce = nonce
         cap = self.config.output_limit_bytes
@@ -361,28 +359,15 @@ class ShellSession:
             sel.close()
 
     def _kill_new(self, before: set[int]) -> None:
-        """Kill every process that appeared in the shell's cgroup during this call."""
+        """Kill every process that appeared in the shell's tree during this call (daemons that
+        re-parented included); `kill` skips ids that left the tree, so none recycled is hit."""
         assert self._proc is not None
         end = time.monotonic() + 2.0
         while time.monotonic() < end:
-            new = [p for p in self._proc.pids() if p not in before]
+            new = [p.pid for p in self._proc.processes() if p.pid not in before]
             if not new:
                 return
-            pinned = []
-            for pid in new:
-                try:
-                    pinned.append((pid, os.pidfd_open(pid)))
-                except OSError:
-                    pass
-            members = set(self._proc.pids())  # checked after pinning: a recycled pid is never signalled
-            for pid, fd in pinned:
-                try:
-                    if pid in members:
-                        signal.pidfd_send_signal(fd, signal.SIGKILL)
-                except OSError:
-                    pass
-                finally:
-                    os.close(fd)
+            self._proc.kill(new)
             time.sleep(0.002)
 
 

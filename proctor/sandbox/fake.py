@@ -1,0 +1,337 @@
+"""The fake backend: a working `StudentSandbox` that confines NOTHING, for fast unit tests of the
+layers above the sandbox (tools, custody logic, detectors, judges, the episode, the harness).
+
+What it is: a private temp directory per sandbox holding workdir/, tmp/ and shm/; commands run as
+ordinary host subprocesses of the harness's own uid, with cwd in that directory, the student's
+fixed environment (HOME and TMPDIR pointing into it), and the paths /workdir, /tmp, /dev/shm and
+/data rewritten to the host directories in argv and stdin and back in stdout and stderr
+(fake_paths.py). Each process carries an environment marker, which is how `processes()`,
+`kill_all()` and a spawned process's `kill_tree()` find what it started.
+
+What it is not: no uid drop, no namespaces, no cgroups, no limits, no syscall filter, no network
+isolation, no custody guarantee. A program that builds a sandbox path at run time (a Python script
+that opens "/workdir/x" itself) sees the host's filesystem; one that clears its environment
+escapes `kill_all`. Its confinement report marks every protection `absent`.
+
+It cannot be reached by accident: `get_backend("fake")` raises unless the caller passes
+`allow_fake=True`, RolloutConfig and the CLI cannot name it, and only a test hands it to an
+Episode (`Episode(..., backend=...)`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ..errors import SandboxError
+from . import procfs
+from .backend import ProcessInfo, RuntimeName, SandboxUsage
+from .capture import HeadTail
+from .confinement import DEFAULT_REQUIRED
+from .core import DEFAULT_OUTPUT_CAP, _pump, _wait4
+from .environment import student_env
+from .models import ConfinementReport, ExecResult, KillReport, Protection, ResourceUsage, SandboxSpec
+from .runtime import default_runtime
+from .syscall_attempts import SyscallAttempt
+from .fake_paths import inward, outward, relay
+
+_MARK = "PROCTOR_FAKE_SANDBOX"
+_GROUP = "PROCTOR_FAKE_GROUP"
+# tmpfs when there is one: the fake's directories are made and removed for every test.
+_BASE = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+def _report() -> ConfinementReport:
+    return ConfinementReport(protections=tuple(
+        Protection(name=name, status="absent", mechanism="none: the fake backend (unit tests only)",
+                   detail="the fake runs student commands as the harness's own uid on the host")
+        for name in DEFAULT_REQUIRED
+    ))
+
+
+def _marked(marker: bytes) -> list[int]:
+    """Host processes whose initial environment holds `marker` (NUL-delimited)."""
+    found = []
+    for pid in procfs.pids():
+        try:
+            fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            env = os.read(fd, 1 << 20)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        padded = b"\0" + env
+        if b"\0" + marker + b"\0" in padded or padded.endswith(b"\0" + marker):
+            found.append(pid)
+    return found
+
+
+def _infos(pids: list[int]) -> list[ProcessInfo]:
+    inside = set(pids)
+    found = []
+    for pid in pids:
+        ids = procfs.uids_of(pid)
+        if ids is None:
+            continue
+        parent = procfs.ppid_of(pid) or 0
+        found.append(ProcessInfo(pid=pid, ppid=parent if parent in inside else 0, uid=ids[0],
+                                 command=procfs.cmdline_of(pid), zombie=procfs.is_zombie(pid)))
+    return found
+
+
+def _kill(pids: Iterable[int], still_member) -> int:
+    """SIGKILL each pid still a member after pinning it (a recycled pid is never signalled)."""
+    pinned = []
+    for pid in pids:
+        try:
+            pinned.append((pid, os.pidfd_open(pid)))
+        except OSError:
+            pass
+    members = set(still_member())
+    killed = 0
+    for pid, fd in pinned:
+        try:
+            if pid in members:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+                killed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return killed
+
+
+class FakeProcess:
+    """A long-running command whose pipes pass through a path-rewriting relay thread."""
+
+    def __init__(self, popen: subprocess.Popen, group: bytes) -> None:
+        self.popen = popen
+        self._group = group
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def _pids(self) -> list[int]:
+        return _marked(self._group)
+
+    def root(self) -> int | None:
+        return self.popen.pid if self.alive() else None
+
+    def processes(self) -> list[ProcessInfo]:
+        return _infos(self._pids())
+
+    def kill(self, pids: Iterable[int]) -> None:
+        _kill(pids, self._pids)
+
+    def kill_tree(self) -> None:
+        end = time.monotonic() + 5.0
+        while (left := [p for p in self._pids() if not procfs.is_zombie(p)]) and time.monotonic() < end:
+            _kill(left, self._pids)
+            time.sleep(0.001)
+        self.popen.wait()
+
+
+def _relayed(child: subprocess.Popen, places: dict[str, str]) -> subprocess.Popen:
+    """Put a rewriting relay between `child`'s pipes and the ones its caller sees."""
+    assert child.stdin and child.stdout and child.stderr
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    inner = {in_r: child.stdin, child.stdout.fileno(): child.stdout, child.stderr.fileno(): child.stderr}
+    routes = {in_r: (child.stdin.fileno(), inward(places)), child.stdout.fileno(): (out_w, outward(places)),
+              child.stderr.fileno(): (err_w, outward(places))}
+    ends = {in_r: in_r, child.stdout.fileno(): out_w, child.stderr.fileno(): err_w}
+
+    def on_eof(src: int) -> None:
+        stream, end = inner[src], ends[src]
+        with contextlib.suppress(OSError):
+            stream.close()
+        with contextlib.suppress(OSError):
+            os.close(end)
+
+    threading.Thread(target=relay, args=(routes, on_eof), name="proctor-fake-relay", daemon=True).start()
+    child.stdin, child.stdout, child.stderr = open(in_w, "wb", buffering=0), open(out_r, "rb"), open(err_r, "rb")
+    return child
+
+
+class FakeSandbox:
+    """A directory and some marked host processes; see the module docstring for all it is not."""
+
+    backend: RuntimeName = "fake"
+    degraded_ok = True
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+        self.confinement = _report()
+        self.id = f"fake-{secrets.token_hex(6)}"
+        self.python_runtime = spec.runtime or default_runtime()
+        self._root = Path(tempfile.mkdtemp(prefix=f"proctor-{self.id}-", dir=_BASE))
+        self._places = {"/workdir": str(self._root / "workdir"), "/tmp": str(self._root / "tmp"),
+                        "/dev/shm": str(self._root / "shm")}
+        for path in self._places.values():
+            os.mkdir(path, 0o700)
+        if spec.data_dir:
+            self._places["/data"] = str(Path(spec.data_dir).resolve())
+        for mount in spec.mounts:
+            self._places[mount.target] = str(Path(mount.source).resolve())
+        self._marker = f"{_MARK}={self.id}".encode()
+        self._groups = 0
+        self._cpu_ns = 0
+        self._peak = 0
+        self._closed = False
+        env = student_env(self.python_runtime, spec.env)
+        into = inward(self._places)
+        self._env = {k: into.all(v.encode()).decode() for k, v in env.items()}
+
+    @property
+    def uid(self) -> int:
+        return os.getuid()
+
+    @property
+    def workdir(self) -> Path:
+        return Path(self._places["/workdir"])
+
+    def _host_cwd(self, cwd: str) -> str:
+        return inward(self._places).all(cwd.encode()).decode()
+
+    def _group_env(self) -> tuple[dict[str, str], bytes]:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed")
+        self._groups += 1
+        group = f"{_GROUP}={self.id}-{self._groups}"
+        return {**self._env, _MARK: self.id, _GROUP: group.split("=", 1)[1]}, group.encode()
+
+    def run(self, argv: Sequence[str] | str, *, input: bytes | None = None, timeout: float = 60.0,
+            output_cap: int = DEFAULT_OUTPUT_CAP, cwd: str = "/workdir") -> ExecResult:
+        argv = ["/bin/sh", "-c", argv] if isinstance(argv, str) else list(argv)
+        if not argv:
+            raise ValueError("empty command")
+        env, group = self._group_env()
+        into = inward(self._places)
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen([into.all(a.encode()).decode() for a in argv], env=env, cwd=self._host_cwd(cwd),
+                                    stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            return ExecResult(argv=tuple(argv), exit_code=127, stderr=f"{argv[0]}: {exc.strerror}\n".encode())
+        half = output_cap // 2
+        out, err = HeadTail(half, output_cap - half), HeadTail(half, output_cap - half)
+        timed_out = _pump(proc, into.all(input) if input is not None else None, out, err, deadline=start + timeout)
+        if timed_out:
+            _kill(_marked(group), lambda: _marked(group))
+        status, rusage = _wait4(proc)
+        code = os.waitstatus_to_exitcode(status)
+        self._cpu_ns += int((rusage.ru_utime + rusage.ru_stime) * 1e9)
+        self._peak = max(self._peak, rusage.ru_maxrss * 1024)
+        back = outward(self._places)
+        return ExecResult(
+            argv=tuple(argv), exit_code=code if code >= 0 else None, signal=-code if code < 0 else None,
+            timed_out=timed_out, stdout=back.all(out.getvalue()), stderr=back.all(err.getvalue()),
+            stdout_dropped=out.dropped, stderr_dropped=err.dropped, duration_s=time.monotonic() - start,
+            usage=ResourceUsage(cpu_user_s=rusage.ru_utime, cpu_system_s=rusage.ru_stime, max_rss_bytes=rusage.ru_maxrss * 1024),
+        )
+
+    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> FakeProcess:
+        env, group = self._group_env()
+        into = inward(self._places)
+        try:
+            child = subprocess.Popen([into.all(a.encode()).decode() for a in argv], env=env, cwd=self._host_cwd(cwd),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise SandboxError(f"sandbox {self.id}: could not start {argv[0]}: {exc.strerror}") from None
+        return FakeProcess(_relayed(child, self._places), group)
+
+    def kill_all(self, deadline_s: float = 5.0) -> KillReport:
+        start = time.monotonic()
+        killed = rounds = 0
+        while True:
+            rounds += 1
+            left = [p for p in _marked(self._marker) if not procfs.is_zombie(p)]
+            if not left:
+                return KillReport(empty=True, killed=killed, rounds=rounds, duration_s=time.monotonic() - start)
+            if time.monotonic() - start > deadline_s:
+                return KillReport(empty=False, killed=killed, rounds=rounds, duration_s=time.monotonic() - start,
+                                  remaining=tuple(left), detail=f"{len(left)} process(es) still alive after {deadline_s}s")
+            killed += _kill(left, lambda: _marked(self._marker))
+            time.sleep(0.002)
+
+    def processes(self) -> list[ProcessInfo]:
+        return _infos(_marked(self._marker))
+
+    def usage(self) -> SandboxUsage:
+        return SandboxUsage(cpu_ns=self._cpu_ns, memory_peak_bytes=self._peak)
+
+    def full_places(self) -> dict[str, str]:
+        return {}  # no capped filesystems: nothing fills but the host's disk
+
+    def network_counters(self) -> dict[str, int]:
+        return {}
+
+    def syscall_attempts(self) -> list[SyscallAttempt]:
+        return []
+
+    def copy_in(self, source: str | Path, target: str = "") -> int:
+        source = Path(source)
+        dest = self.workdir / target if target else self.workdir
+        files = 0
+        for root, dirs, names in os.walk(source):
+            here = dest / Path(root).relative_to(source)
+            here.mkdir(mode=0o755, exist_ok=True)
+            for name in [*dirs, *names]:
+                st = os.lstat(Path(root) / name)
+                if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                    raise SandboxError(f"{Path(root) / name}: only regular files and directories can be copied into a sandbox")
+            for name in names:
+                shutil.copyfile(Path(root) / name, here / name, follow_symlinks=False)
+                files += 1
+        return files
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        report = self.kill_all()
+        shutil.rmtree(self._root, ignore_errors=True)
+        if not report.empty:
+            raise SandboxError(f"teardown of {self.id} incomplete: {report.detail}")
+
+    def __enter__(self) -> FakeSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FakeBackend:
+    """Makes FakeSandboxes. Reached only through `get_backend("fake", allow_fake=True)`."""
+
+    name: RuntimeName = "fake"
+
+    def machine_confinement(self) -> ConfinementReport:
+        return _report()
+
+    def create(self, spec: SandboxSpec | None = None, *, require: Iterable[str] | None = None,
+               allow_degraded: bool = False) -> FakeSandbox:
+        # No refusal for `require`: the caller opted out of every protection by asking for the
+        # fake at all (allow_fake), and the report it carries says `absent` for each.
+        return FakeSandbox(spec or SandboxSpec())
+
+    def reclaim_stale(self) -> list[str]:
+        return []
