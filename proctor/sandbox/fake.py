@@ -23,8 +23,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import signal
-import stat
 import subprocess
 import tempfile
 import threading
@@ -36,9 +34,11 @@ from ..errors import SandboxError
 from . import procfs
 from .backend import ProcessInfo, RuntimeName, SandboxUsage
 from .capture import HeadTail
+from .copyin import copy_tree_in
 from .confinement import DEFAULT_REQUIRED
 from .core import DEFAULT_OUTPUT_CAP, _pump, _wait4
 from .environment import student_env
+from .reaper import kill_members
 from .models import ConfinementReport, ExecResult, KillReport, Protection, ResourceUsage, SandboxSpec
 from .runtime import default_runtime
 from .syscall_attempts import SyscallAttempt
@@ -91,26 +91,21 @@ def _infos(pids: list[int]) -> list[ProcessInfo]:
     return found
 
 
-def _kill(pids: Iterable[int], still_member) -> int:
-    """SIGKILL each pid still a member after pinning it (a recycled pid is never signalled)."""
-    pinned = []
-    for pid in pids:
-        try:
-            pinned.append((pid, os.pidfd_open(pid)))
-        except OSError:
-            pass
-    members = set(still_member())
-    killed = 0
-    for pid, fd in pinned:
-        try:
-            if pid in members:
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-                killed += 1
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return killed
+def _kill_marked(marker: bytes, deadline_s: float) -> KillReport:
+    """Kill every process carrying `marker`, round after round (a process forking while it is
+    killed leaves a child the previous look missed), until none is left or the deadline passes."""
+    start = time.monotonic()
+    killed = rounds = 0
+    while True:
+        rounds += 1
+        left = [p for p in _marked(marker) if not procfs.is_zombie(p)]
+        if not left:
+            return KillReport(empty=True, killed=killed, rounds=rounds, duration_s=time.monotonic() - start)
+        if time.monotonic() - start > deadline_s:
+            return KillReport(empty=False, killed=killed, rounds=rounds, duration_s=time.monotonic() - start,
+                              remaining=tuple(left), detail=f"{len(left)} process(es) still alive after {deadline_s}s")
+        killed += kill_members(left, lambda: _marked(marker))
+        time.sleep(0.001)
 
 
 class FakeProcess:
@@ -137,13 +132,10 @@ class FakeProcess:
         return _infos(self._pids())
 
     def kill(self, pids: Iterable[int]) -> None:
-        _kill(pids, self._pids)
+        kill_members(pids, self._pids)
 
     def kill_tree(self) -> None:
-        end = time.monotonic() + 5.0
-        while (left := [p for p in self._pids() if not procfs.is_zombie(p)]) and time.monotonic() < end:
-            _kill(left, self._pids)
-            time.sleep(0.001)
+        _kill_marked(self._group, 5.0)
         self.popen.wait()
 
 
@@ -235,7 +227,7 @@ class FakeSandbox:
         out, err = HeadTail(half, output_cap - half), HeadTail(half, output_cap - half)
         timed_out = _pump(proc, into.all(input) if input is not None else None, out, err, deadline=start + timeout)
         if timed_out:
-            _kill(_marked(group), lambda: _marked(group))
+            _kill_marked(group, 5.0)
         status, rusage = _wait4(proc)
         code = os.waitstatus_to_exitcode(status)
         self._cpu_ns += int((rusage.ru_utime + rusage.ru_stime) * 1e9)
@@ -259,18 +251,7 @@ class FakeSandbox:
         return FakeProcess(_relayed(child, self._places), group)
 
     def kill_all(self, deadline_s: float = 5.0) -> KillReport:
-        start = time.monotonic()
-        killed = rounds = 0
-        while True:
-            rounds += 1
-            left = [p for p in _marked(self._marker) if not procfs.is_zombie(p)]
-            if not left:
-                return KillReport(empty=True, killed=killed, rounds=rounds, duration_s=time.monotonic() - start)
-            if time.monotonic() - start > deadline_s:
-                return KillReport(empty=False, killed=killed, rounds=rounds, duration_s=time.monotonic() - start,
-                                  remaining=tuple(left), detail=f"{len(left)} process(es) still alive after {deadline_s}s")
-            killed += _kill(left, lambda: _marked(self._marker))
-            time.sleep(0.002)
+        return _kill_marked(self._marker, deadline_s)
 
     def processes(self) -> list[ProcessInfo]:
         return _infos(_marked(self._marker))
@@ -288,20 +269,7 @@ class FakeSandbox:
         return []
 
     def copy_in(self, source: str | Path, target: str = "") -> int:
-        source = Path(source)
-        dest = self.workdir / target if target else self.workdir
-        files = 0
-        for root, dirs, names in os.walk(source):
-            here = dest / Path(root).relative_to(source)
-            here.mkdir(mode=0o755, exist_ok=True)
-            for name in [*dirs, *names]:
-                st = os.lstat(Path(root) / name)
-                if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-                    raise SandboxError(f"{Path(root) / name}: only regular files and directories can be copied into a sandbox")
-            for name in names:
-                shutil.copyfile(Path(root) / name, here / name, follow_symlinks=False)
-                files += 1
-        return files
+        return copy_tree_in(source, self.workdir / target if target else self.workdir, None)
 
     def close(self) -> None:
         if self._closed:
