@@ -320,6 +320,7 @@ class FakeBackend:
     """Makes FakeSandboxes. Reached only through `get_backend("fake", allow_fake=True)`."""
 
     name: RuntimeName = "fake"
+    _subreaper = False
 
     def machine_confinement(self) -> ConfinementReport:
         return _report()
@@ -328,7 +329,9 @@ class FakeBackend:
                allow_degraded: bool = False) -> FakeSandbox:
         # No refusal for `require`: the caller opted out of every protection by asking for the
         # fake at all (allow_fake), and the report it carries says `absent` for each.
-        become_subreaper()  # a daemon that double-forks reparents to us, where _marked finds it
+        if not self._subreaper:
+            become_subreaper()  # a daemon that double-forks reparents to us, where _marked finds it
+            self._subreaper = True
         return FakeSandbox(spec or SandboxSpec())
 
     def reclaim_stale(self) -> list[str]:
