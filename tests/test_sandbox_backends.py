@@ -39,7 +39,7 @@ def test_every_backend_present_implements_the_sandbox_and_process_protocols(back
         proc = box.spawn(["/bin/sh", "-c", "sleep 60 & sleep 60"])
         assert isinstance(proc, StudentProcess)
         end = time.monotonic() + 5
-        while (root := proc.root()) is None or len(proc.processes()) < 3:
+        while (root := proc.root()) is None or [p.command for p in proc.processes()].count("sleep 60") < 2:
             assert time.monotonic() < end, proc.processes()
             time.sleep(0.01)
         mine = [p for p in proc.processes() if p.uid == box.uid]

@@ -212,10 +212,13 @@ def get_backend(name: RuntimeName = "bwrap", *, allow_fake: bool = False) -> San
         import importlib
 
         module, cls = _BACKENDS[name]
+        path = f"{__package__}.{module}"
         try:
-            found = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"sandbox runtime {name!r} is not available in this Proctor install ({exc}); use --runtime bwrap") from None
+            found = getattr(importlib.import_module(path), cls)
+        except ModuleNotFoundError as exc:
+            if exc.name != path:
+                raise  # the backend is there but broken: not the same as absent
+            raise ConfigError(f"sandbox runtime {name!r} is not available in this Proctor install (no module {path}); use --runtime bwrap") from None
         _made[name] = found()
     return _made[name]
 

@@ -16,8 +16,6 @@ import os
 import secrets
 import selectors
 import shutil
-import signal
-import stat
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -26,6 +24,7 @@ from pathlib import Path
 from ..errors import SandboxError
 from . import keyrings, procfs, reclaim, syscall_filter, tmpfs
 from .capture import HeadTail
+from .copyin import copy_tree_in
 from .cgroups import SandboxCgroup
 from .environment import student_env, student_path
 from .host import binaries, require_host, state_dir
@@ -33,7 +32,7 @@ from .backend import ProcessInfo, RuntimeName, SandboxUsage
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
 from .native import helper
 from .network import NetworkBridge, guard_loopback, net_counters
-from .reaper import become_subreaper, kill_pids, reap_orphans, reap_until_empty
+from .reaper import become_subreaper, kill_members, kill_pids, reap_orphans, reap_until_empty
 from .runtime import default_runtime
 from .syscall_attempts import SyscallAttempt, SyscallRecorder
 from .uids import UidLease, lease_uid
@@ -87,24 +86,7 @@ class BwrapProcess:
         return _process_infos(self._sandbox._cg.child_pids(self.group), self._sandbox._cg.pids())
 
     def kill(self, pids: Iterable[int]) -> None:
-        wanted = list(pids)
-        pinned = []
-        for pid in wanted:
-            try:
-                pinned.append((pid, os.pidfd_open(pid)))
-            except OSError:
-                pass
-        # Membership is read after pinning: a pid that ended and was recycled by another process
-        # between the caller's look and now is no longer in the cgroup and is never signalled.
-        members = set(self._sandbox._cg.child_pids(self.group))
-        for pid, fd in pinned:
-            try:
-                if pid in members:
-                    signal.pidfd_send_signal(fd, signal.SIGKILL)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+        kill_members(pids, lambda: self._sandbox._cg.child_pids(self.group))
 
     def kill_tree(self) -> None:
         """Kill this process and every process it started, daemons included."""
@@ -398,28 +380,8 @@ class Sandbox:
 
     def copy_in(self, source: str | Path, target: str = "") -> int:
         """Copy a trusted host tree (task files, a custody copy) into /workdir/`target`, owned
-        by the student. Only regular files and directories are copied; a link or special file in
-        the source is an authoring error. Returns the number of files copied."""
-        source = Path(source)
-        dest = self._places.workdir / target if target else self._places.workdir
-        files = 0
-        for root, dirs, names in os.walk(source):
-            rel = Path(root).relative_to(source)
-            here = dest / rel
-            here.mkdir(mode=0o755, exist_ok=True)
-            os.chown(here, self.uid, self.uid)
-            for name in [*dirs, *names]:
-                st = os.lstat(Path(root) / name)
-                if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-                    raise SandboxError(f"{Path(root) / name}: only regular files and directories can be copied into a sandbox")
-            for name in names:
-                target_path = here / name
-                shutil.copyfile(Path(root) / name, target_path, follow_symlinks=False)
-                mode = 0o755 if os.stat(Path(root) / name).st_mode & 0o111 else 0o644
-                os.chmod(target_path, mode)
-                os.chown(target_path, self.uid, self.uid)
-                files += 1
-        return files
+        by the student (copyin.py). Returns the number of files copied."""
+        return copy_tree_in(source, self._places.workdir / target if target else self._places.workdir, self.uid)
 
     def network_counters(self) -> dict[str, int]:
         """The SNMP counters of the sandbox's network namespace while its session is up (empty

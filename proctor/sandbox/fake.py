@@ -5,13 +5,15 @@ What it is: a private temp directory per sandbox holding workdir/, tmp/ and shm/
 ordinary host subprocesses of the harness's own uid, with cwd in that directory, the student's
 fixed environment (HOME and TMPDIR pointing into it), and the paths /workdir, /tmp, /dev/shm and
 /data rewritten to the host directories in argv and stdin and back in stdout and stderr
-(fake_paths.py). Each process carries an environment marker, which is how `processes()`,
-`kill_all()` and a spawned process's `kill_tree()` find what it started.
+(fake_paths.py). `processes()`, `kill_all()` and a spawned process's `kill_tree()` find what a
+command started by walking the process tree down from the harness (a subreaper, so a
+double-forked daemon reparents to it) from the children that carry the sandbox's environment
+marker.
 
 What it is not: no uid drop, no namespaces, no cgroups, no limits, no syscall filter, no network
 isolation, no custody guarantee. A program that builds a sandbox path at run time (a Python script
-that opens "/workdir/x" itself) sees the host's filesystem; one that clears its environment
-escapes `kill_all`. Its confinement report marks every protection `absent`.
+that opens "/workdir/x" itself) sees the host's filesystem; a daemon that double-forks with a cleared
+environment escapes `kill_all`. Its confinement report marks every protection `absent`.
 
 It cannot be reached by accident: `get_backend("fake")` raises unless the caller passes
 `allow_fake=True`, RolloutConfig and the CLI cannot name it, and only a test hands it to an
@@ -23,8 +25,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import signal
-import stat
 import subprocess
 import tempfile
 import threading
@@ -36,9 +36,11 @@ from ..errors import SandboxError
 from . import procfs
 from .backend import ProcessInfo, RuntimeName, SandboxUsage
 from .capture import HeadTail
+from .copyin import copy_tree_in
 from .confinement import DEFAULT_REQUIRED
 from .core import DEFAULT_OUTPUT_CAP, _pump, _wait4
 from .environment import student_env
+from .reaper import become_subreaper, kill_members
 from .models import ConfinementReport, ExecResult, KillReport, Protection, ResourceUsage, SandboxSpec
 from .runtime import default_runtime
 from .syscall_attempts import SyscallAttempt
@@ -46,6 +48,9 @@ from .fake_paths import inward, outward, relay
 
 _MARK = "PROCTOR_FAKE_SANDBOX"
 _GROUP = "PROCTOR_FAKE_GROUP"
+# Host pids of the commands the fake started itself (their Popen reaps them); any other marked
+# child of the harness is an orphan that reparented to it, which the fake reaps after killing.
+_STARTED: set[int] = set()
 # tmpfs when there is one: the fake's directories are made and removed for every test.
 _BASE = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
@@ -58,23 +63,39 @@ def _report() -> ConfinementReport:
     ))
 
 
+def _read(path: str) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, 1 << 20)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    return [int(kid) for tid in tids for kid in _read(f"/proc/{pid}/task/{tid}/children").split()]
+
+
 def _marked(marker: bytes) -> list[int]:
-    """Host processes whose initial environment holds `marker` (NUL-delimited)."""
-    found = []
-    for pid in procfs.pids():
-        try:
-            fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            env = os.read(fd, 1 << 20)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        padded = b"\0" + env
-        if b"\0" + marker + b"\0" in padded or padded.endswith(b"\0" + marker):
+    """The processes of a fake sandbox (or of one command, by its group marker): the harness's
+    children whose environment carries `marker` (the commands the fake started, and orphans
+    reparented to the harness, a subreaper) and every process below them. Walking the tree from
+    the harness reads a few /proc files, not the environment of every process on the machine."""
+    found: list[int] = []
+    todo = [pid for pid in _children(os.getpid()) if b"\0" + marker + b"\0" in b"\0" + _read(f"/proc/{pid}/environ")]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
             found.append(pid)
+            todo += _children(pid)
     return found
 
 
@@ -91,26 +112,25 @@ def _infos(pids: list[int]) -> list[ProcessInfo]:
     return found
 
 
-def _kill(pids: Iterable[int], still_member) -> int:
-    """SIGKILL each pid still a member after pinning it (a recycled pid is never signalled)."""
-    pinned = []
-    for pid in pids:
-        try:
-            pinned.append((pid, os.pidfd_open(pid)))
-        except OSError:
-            pass
-    members = set(still_member())
-    killed = 0
-    for pid, fd in pinned:
-        try:
-            if pid in members:
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-                killed += 1
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return killed
+def _kill_marked(marker: bytes, deadline_s: float) -> KillReport:
+    """Kill every process carrying `marker`, round after round (a process forking while it is
+    killed leaves a child the previous look missed), until none is left or the deadline passes."""
+    start = time.monotonic()
+    killed = rounds = 0
+    while True:
+        rounds += 1
+        left = [p for p in _marked(marker) if not procfs.is_zombie(p)]
+        if not left:
+            return KillReport(empty=True, killed=killed, rounds=rounds, duration_s=time.monotonic() - start)
+        if time.monotonic() - start > deadline_s:
+            return KillReport(empty=False, killed=killed, rounds=rounds, duration_s=time.monotonic() - start,
+                              remaining=tuple(left), detail=f"{len(left)} process(es) still alive after {deadline_s}s")
+        orphans = [p for p in left if p not in _STARTED and procfs.ppid_of(p) == os.getpid()]
+        killed += kill_members(left, lambda: _marked(marker))
+        time.sleep(0.001)
+        for pid in orphans:  # reparented to the harness: no one else will reap them
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
 
 
 class FakeProcess:
@@ -137,14 +157,12 @@ class FakeProcess:
         return _infos(self._pids())
 
     def kill(self, pids: Iterable[int]) -> None:
-        _kill(pids, self._pids)
+        kill_members(pids, self._pids)
 
     def kill_tree(self) -> None:
-        end = time.monotonic() + 5.0
-        while (left := [p for p in self._pids() if not procfs.is_zombie(p)]) and time.monotonic() < end:
-            _kill(left, self._pids)
-            time.sleep(0.001)
+        _kill_marked(self._group, 5.0)
         self.popen.wait()
+        _STARTED.discard(self.popen.pid)
 
 
 def _relayed(child: subprocess.Popen, places: dict[str, str]) -> subprocess.Popen:
@@ -231,12 +249,14 @@ class FakeSandbox:
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             return ExecResult(argv=tuple(argv), exit_code=127, stderr=f"{argv[0]}: {exc.strerror}\n".encode())
+        _STARTED.add(proc.pid)
         half = output_cap // 2
         out, err = HeadTail(half, output_cap - half), HeadTail(half, output_cap - half)
         timed_out = _pump(proc, into.all(input) if input is not None else None, out, err, deadline=start + timeout)
         if timed_out:
-            _kill(_marked(group), lambda: _marked(group))
+            _kill_marked(group, 5.0)
         status, rusage = _wait4(proc)
+        _STARTED.discard(proc.pid)
         code = os.waitstatus_to_exitcode(status)
         self._cpu_ns += int((rusage.ru_utime + rusage.ru_stime) * 1e9)
         self._peak = max(self._peak, rusage.ru_maxrss * 1024)
@@ -256,21 +276,11 @@ class FakeSandbox:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             raise SandboxError(f"sandbox {self.id}: could not start {argv[0]}: {exc.strerror}") from None
+        _STARTED.add(child.pid)
         return FakeProcess(_relayed(child, self._places), group)
 
     def kill_all(self, deadline_s: float = 5.0) -> KillReport:
-        start = time.monotonic()
-        killed = rounds = 0
-        while True:
-            rounds += 1
-            left = [p for p in _marked(self._marker) if not procfs.is_zombie(p)]
-            if not left:
-                return KillReport(empty=True, killed=killed, rounds=rounds, duration_s=time.monotonic() - start)
-            if time.monotonic() - start > deadline_s:
-                return KillReport(empty=False, killed=killed, rounds=rounds, duration_s=time.monotonic() - start,
-                                  remaining=tuple(left), detail=f"{len(left)} process(es) still alive after {deadline_s}s")
-            killed += _kill(left, lambda: _marked(self._marker))
-            time.sleep(0.002)
+        return _kill_marked(self._marker, deadline_s)
 
     def processes(self) -> list[ProcessInfo]:
         return _infos(_marked(self._marker))
@@ -288,20 +298,7 @@ class FakeSandbox:
         return []
 
     def copy_in(self, source: str | Path, target: str = "") -> int:
-        source = Path(source)
-        dest = self.workdir / target if target else self.workdir
-        files = 0
-        for root, dirs, names in os.walk(source):
-            here = dest / Path(root).relative_to(source)
-            here.mkdir(mode=0o755, exist_ok=True)
-            for name in [*dirs, *names]:
-                st = os.lstat(Path(root) / name)
-                if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-                    raise SandboxError(f"{Path(root) / name}: only regular files and directories can be copied into a sandbox")
-            for name in names:
-                shutil.copyfile(Path(root) / name, here / name, follow_symlinks=False)
-                files += 1
-        return files
+        return copy_tree_in(source, self.workdir / target if target else self.workdir, None)
 
     def close(self) -> None:
         if self._closed:
@@ -323,6 +320,7 @@ class FakeBackend:
     """Makes FakeSandboxes. Reached only through `get_backend("fake", allow_fake=True)`."""
 
     name: RuntimeName = "fake"
+    _subreaper = False
 
     def machine_confinement(self) -> ConfinementReport:
         return _report()
@@ -331,6 +329,9 @@ class FakeBackend:
                allow_degraded: bool = False) -> FakeSandbox:
         # No refusal for `require`: the caller opted out of every protection by asking for the
         # fake at all (allow_fake), and the report it carries says `absent` for each.
+        if not self._subreaper:
+            become_subreaper()  # a daemon that double-forks reparents to us, where _marked finds it
+            self._subreaper = True
         return FakeSandbox(spec or SandboxSpec())
 
     def reclaim_stale(self) -> list[str]:

@@ -27,6 +27,30 @@ def kill_pids(pids: Iterable[int]) -> int:
     return n
 
 
+def kill_members(pids: Iterable[int], members: Callable[[], Iterable[int]]) -> int:
+    """SIGKILL each pid that `members()` still lists once it is pinned by a pidfd: a pid that
+    ended and was recycled by an unrelated process between the caller's look and now is no
+    longer a member, and is never signalled. Returns how many were signalled."""
+    pinned = []
+    for pid in pids:
+        try:
+            pinned.append((pid, os.pidfd_open(pid)))
+        except OSError:
+            pass
+    inside = set(members())
+    killed = 0
+    for pid, fd in pinned:
+        try:
+            if pid in inside:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+                killed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return killed
+
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
