@@ -233,6 +233,35 @@ def _model_config(agent: str, path: str | None, flags: dict):
     return ModelConfig.build(overrides, origin="--agent model:NAME")
 
 
+image_app = typer.Typer(no_args_is_help=True, help="The read-only system image every sandbox mounts as its own /usr, /etc and runtime.")
+app.add_typer(image_app, name="image")
+
+
+@image_app.command("build")
+def image_build() -> None:
+    """Build the system image if /usr, the allowlisted /etc or the runtime changed (make setup runs this)."""
+    from .sandbox import sysimage
+
+    try:
+        path, took = sysimage.build(sysimage.system_content())
+    except ProctorError as exc:
+        _fail(exc)
+    size = path.stat().st_size / 2**30
+    console.print(f"{path} ({size:.1f} GiB): {'built in %.0f s' % took if took else 'up to date'}", highlight=False)
+
+
+@image_app.command("status")
+def image_status() -> None:
+    """Say whether the system image is built and fresh; exit 1 if not."""
+    from .sandbox import sysimage
+
+    path, why = sysimage.current(sysimage.system_content())
+    if path is None:
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(1)
+    console.print(f"{path}: up to date", highlight=False)
+
+
 @app.command()
 def new(directory: str = typer.Argument(..., help="Directory to create (must not exist).")) -> None:
     """Scaffold a working environment: one task, its reference solution, and a test running the oracle and a hack."""

@@ -11,12 +11,15 @@ of its own (`view/`, made by the harness under its root-only state dir) holding:
 - `proc/`: the masked /proc files (see procmask);
 - `dev/`: its own null, zero, full, random, urandom and tty nodes (bubblewrap's --dev binds the
   host's, whose inodes every sandbox shares);
-- `ovl/N/`: a read-only overlay per read-only directory (system dirs, the runtime, /data,
-  read-only task mounts) whose upper layer is on this tmpfs. Overlay inodes belong to their own
-  superblock, so locks, inotify watches and fanotify inode marks land on this sandbox's inodes,
-  and `statvfs` answers with the upper tmpfs's counters, which nothing moves after creation.
+- `system/`: this sandbox's own mount of the system image (sysimage): /usr, the allowlisted /etc
+  and the default runtime, with inodes, page cache and futex keys of its own;
+- `ovl/N/`: a read-only overlay per other read-only directory (/data, read-only task mounts,
+  a non-default runtime, and everything when no system image is built) whose upper layer is on
+  this tmpfs. Overlay inodes belong to their own superblock, so locks, inotify watches and
+  fanotify inode marks land on this sandbox's inodes, and `statvfs` answers with the upper
+  tmpfs's counters, which nothing moves after creation.
 
-What the overlays still share is the lower files' page cache: see docs/sandbox.md."""
+What an overlay still shares is its lower files' mappings and page cache: see docs/sandbox.md."""
 
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import threading
 from pathlib import Path
 
 from ..errors import SandboxError
-from . import procmask, tmpfs
+from . import procmask, sysimage, tmpfs
 from .host import binaries, state_dir
 from .models import MiB, SandboxLimits
 
@@ -97,6 +100,7 @@ class OwnView:
         self.proc = root / "proc"
         self.empty = root / "empty"
         self.dev = root / "dev"
+        self.system_root: Path | None = None  # the system image's mount, when one is built
         self._overlays: dict[str, Path] = {}
 
     def build(self, etc_names: tuple[str, ...], identity: dict[str, str], limits: SandboxLimits) -> None:
@@ -104,7 +108,15 @@ class OwnView:
         # Device nodes must work here, so no nodev; the directory above is root-only and the
         # student, without CAP_MKNOD, can make none of its own.
         tmpfs.mount_tmpfs(self.root, size=VIEW_BYTES, inodes=VIEW_INODES, uid=0, gid=0, mode=0o755, devices=True)
-        self.etc = self.overlay(str(etc_template(etc_names)), identity)
+        content = sysimage.system_content()
+        image, _ = sysimage.current(content)  # without one, the confinement grant says so
+        if image is not None and etc_names == content.etc_names:
+            self.system_root = self.root / "system"
+            self.system_root.mkdir(mode=0o755)
+            sysimage.mount(image, self.system_root)
+            self.etc = self.overlay(str(self.system_root / "etc"), identity)
+        else:
+            self.etc = self.overlay(str(etc_template(etc_names)), identity)
         self._write_proc(limits)
         self._make_devices()
         self.empty.mkdir(mode=0o555)
@@ -129,6 +141,15 @@ class OwnView:
 
     def devices(self) -> list[str]:
         return sorted(p.name for p in self.dev.iterdir())
+
+    def system(self, path: str) -> str:
+        """This sandbox's own copy of host directory `path` from the system image, or an overlay
+        of it when the image does not hold it."""
+        if self.system_root is not None:
+            inside = self.system_root / path.lstrip("/")
+            if inside.is_dir() and not inside.is_symlink():
+                return str(inside)
+        return self.overlay(path)
 
     def overlay(self, lower: str, files: dict[str, str] | None = None) -> str:
         """A read-only view of host directory `lower` with this sandbox's own inodes; `files`
