@@ -154,10 +154,7 @@ def probe() -> ConfinementReport:
                and (seen.get("usr_inodes") == str(VIEW_INODES) or system_fs_ok),
                "a tmpfs per sandbox: read-only overlays (or its own system image) for /usr, /etc, the runtime and /data, its own /dev nodes",
                "locks, inotify watches and statvfs of what the student reads are its own" if seen.get("null_dev") == str(os.stat(box.places.view).st_dev) else f"/usr, /etc, /dev/null report {seen.get('view_inodes')} inodes"),
-            _p("private_system_inodes", system_fs_ok,
-               "its own mount of an erofs system image (its own loop device, direct I/O) for /usr, /etc and the runtime",
-               f"{image.name}: no page cache, mapping, futex key or atime shared with the host or another sandbox" if system_fs_ok
-               else why or f"/usr and the runtime are on filesystems {seen.get('system_fs')}, not the sandbox's image"),
+            _private_system_inodes(seen, image, why),
             _p("host_counters_masked", seen.get("counters") == "000", "host-global /proc counters bound over with per-sandbox files",
                "pty count, key users, open files and the rest of procmask's list"),
             Protection(name="shared_host_resources", status="degraded", mechanism="none: one kernel's page cache and CPUs", detail=RESIDUAL),
@@ -181,6 +178,19 @@ def _syscall_filter(seen: dict[str, str], recorded: list[str]) -> Protection:
     ok = seen.get("Seccomp") == "2" and seen.get("add_key") == f"refused-{errno.EPERM}" and "add_key" in recorded
     return _p("syscall_filter", ok, mechanism,
               f"Seccomp={seen.get('Seccomp')}, add_key as the student: {seen.get('add_key')}, recorded: {', '.join(recorded) or 'nothing'}")
+
+
+def _private_system_inodes(seen: dict[str, str], image: Path | None, why: str) -> Protection:
+    mechanism = "its own mount of an erofs system image (its own loop device, direct I/O) for /usr, /etc and the runtime"
+    erofs = f"{sysimage.EROFS_MAGIC:x}"
+    if image is not None and seen.get("system_fs") == f"{erofs},{erofs},":
+        return _p("private_system_inodes", True, mechanism,
+                  f"{image.name}: no page cache, mapping, futex key or atime shared with the host or another sandbox")
+    if image is None and not sysimage.built_images():
+        # Never built on this machine (setup not run since): an explicit gap, not a hidden one.
+        return Protection(name="private_system_inodes", status="degraded", mechanism="read-only overlays of the host's files",
+                          detail=f"{why}; until then the page cache, futex and pagemap channels of shared_host_resources stay open")
+    return _p("private_system_inodes", False, mechanism, why or f"/usr and the runtime are on {seen.get('system_fs')}, not the image")
 
 
 def machine_confinement() -> ConfinementReport:
