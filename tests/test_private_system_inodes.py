@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from proctor.sandbox import reclaim_stale, sysimage
+from proctor.sandbox import SandboxSpec, reclaim_stale, sysimage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import covert  # noqa: E402
@@ -33,7 +33,7 @@ import ctypes, os, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
 libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
-fd = os.open({SHARED!r}, os.O_RDONLY)
+fd = os.open(sys.argv[2], os.O_RDONLY)
 addr = libc.mmap(None, 4096, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
 val = ctypes.c_uint32.from_address(addr).value
 class timespec(ctypes.Structure):
@@ -46,11 +46,11 @@ for _ in range(int(sys.argv[1])):
 print("woken", woken, flush=True)
 """
 SEND_FUTEX = f"""
-import ctypes, os, time
+import ctypes, os, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
 libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
-fd = os.open({SHARED!r}, os.O_RDONLY)
+fd = os.open(sys.argv[1], os.O_RDONLY)
 addr = libc.mmap(None, 4096, 1, 1, fd, 0)
 woke, end = 0, time.time() + 2.0
 while time.time() < end:
@@ -95,11 +95,11 @@ def _image_loops() -> int:
     return count
 
 
-def _futex_woken(sender_box, receiver_box) -> tuple[int, int]:
-    receiver = receiver_box.spawn(["python3", "-c", RECEIVE_FUTEX, "12"])
+def _futex_woken(sender_box, receiver_box, path: str = SHARED) -> tuple[int, int]:
+    receiver = receiver_box.spawn(["python3", "-c", RECEIVE_FUTEX, "12", path])
     assert receiver.popen.stdout.readline() == b"ready\n"
     time.sleep(0.2)
-    woke = int(sender_box.run(["python3", "-c", SEND_FUTEX], timeout=30).stdout.strip() or -1)
+    woke = int(sender_box.run(["python3", "-c", SEND_FUTEX, path], timeout=30).stdout.strip() or -1)
     out = receiver.popen.stdout.read().decode()
     receiver.popen.wait(timeout=30)
     return woke, int(out.split()[-1])
@@ -116,13 +116,19 @@ def sysimage_required() -> tuple[str, ...]:
     return DEFAULT_REQUIRED
 
 
-def test_a_futex_on_a_shared_system_file_mapping_wakes_nobody_in_another_sandbox(make_sandbox):
-    a, b = make_sandbox(), make_sandbox()
+@pytest.mark.parametrize("where", ["system", "runtime", "etc", "data"])
+def test_a_futex_on_a_shared_file_mapping_wakes_nobody_in_another_sandbox(make_sandbox, tmp_path, where):
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    (data / "shared").write_bytes(os.urandom(8192))
+    os.chmod(data / "shared", 0o644)
+    a, b = make_sandbox(SandboxSpec(data_dir=str(data))), make_sandbox(SandboxSpec(data_dir=str(data)))
+    path = {"system": SHARED, "runtime": f"{a.runtime}/pyvenv.cfg", "etc": "/etc/ld.so.cache", "data": "/data/shared"}[where]
     # The attack works where the mapping is one inode (two processes of one sandbox)...
-    woke, woken = _futex_woken(a, a)
+    woke, woken = _futex_woken(a, a, path)
     assert woke > 0 and woken > 0
     # ...and carries nothing between two live sandboxes.
-    woke, woken = _futex_woken(a, b)
+    woke, woken = _futex_woken(a, b, path)
     assert (woke, woken) == (0, 0)
 
 

@@ -13,8 +13,10 @@ of its own (`view/`, made by the harness under its root-only state dir) holding:
   host's, whose inodes every sandbox shares);
 - `system/`: this sandbox's own mount of the system image (sysimage): /usr, the allowlisted /etc
   and the default runtime, with inodes, page cache and futex keys of its own;
-- `ovl/N/`: a read-only overlay per other read-only directory (/data, read-only task mounts,
-  a non-default runtime, and everything when no system image is built) whose upper layer is on
+- `copy/N/`: a tmpfs of its own holding a copy of small read-only task data (/data, read-only
+  task mounts up to COPY_BYTES): nothing of it is a host inode, mappings and page cache included;
+- `ovl/N/`: a read-only overlay per other read-only directory (larger data, a non-default
+  runtime, and everything when no system image is built) whose upper layer is on
   this tmpfs. Overlay inodes belong to their own superblock, so locks, inotify watches and
   fanotify inode marks land on this sandbox's inodes, and `statvfs` answers with the upper
   tmpfs's counters, which nothing moves after creation.
@@ -39,6 +41,10 @@ from .models import MiB, SandboxLimits
 
 VIEW_BYTES = 64 * MiB  # a ceiling: pages are used only for what is written (tens of KiB)
 VIEW_INODES = 65_536
+# Read-only task data up to this size gets a copy of its own per sandbox; larger data an overlay
+# (whose mappings still reach the host's files: docs/sandbox.md).
+COPY_BYTES = 64 * MiB
+COPY_FILES = 4096
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 
 
@@ -89,6 +95,22 @@ def etc_template(names: tuple[str, ...]) -> Path:
 def _escape(path: str) -> str:
     # overlayfs splits its options at ',' and lowerdir at ':'; a backslash escapes either.
     return path.replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
+
+
+def _copy_cost(source: str) -> tuple[int | None, int]:
+    """(bytes a tmpfs copy of `source` takes, files) or (None, _) when over the copy limits."""
+    blocks, files = 0, 0
+    for root, dirs, names in os.walk(source) if os.path.isdir(source) else [("", [], [source])]:
+        files += 1 + len(names)
+        for name in names:
+            try:
+                blocks += -(-os.lstat(os.path.join(root, name)).st_size // 4096) * 4096
+            except OSError:
+                pass
+        blocks += 4096 * (1 + len(dirs))
+        if blocks > COPY_BYTES or files > COPY_FILES:
+            return None, files
+    return blocks, files
 
 
 class OwnView:
@@ -150,6 +172,23 @@ class OwnView:
             if inside.is_dir() and not inside.is_symlink():
                 return str(inside)
         return self.overlay(path)
+
+    def private(self, source: str) -> str:
+        """This sandbox's own copy of read-only task data `source` (a file or directory) when it
+        is small; else an overlay of a directory, or the host's file itself."""
+        blocks, files = _copy_cost(source)
+        if blocks is None:
+            return self.overlay(source) if os.path.isdir(source) else source
+        base = self.root / "copy" / str(len(list((self.root / "copy").glob("*"))) if (self.root / "copy").exists() else 0)
+        base.mkdir(mode=0o755, parents=True)
+        # tmpfs counts whole pages per file and per directory; the copy's pages are charged to the
+        # harness, which writes them, and are capped by this size.
+        tmpfs.mount_tmpfs(base, size=blocks + MiB, inodes=files + 16, uid=0, gid=0, mode=0o755)
+        target = base / "d"
+        res = subprocess.run([binaries()["cp"], "-a", "--", source, str(target)], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise SandboxError(f"cannot copy {source} into the sandbox: {res.stderr.strip()}")
+        return str(target)
 
     def overlay(self, lower: str, files: dict[str, str] | None = None) -> str:
         """A read-only view of host directory `lower` with this sandbox's own inodes; `files`

@@ -33,6 +33,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import threading
@@ -112,8 +113,13 @@ def _hash_tree(h, host: str, inside: str, left_out: tuple[str, ...]) -> None:
         return
     st = os.lstat(host)
     target = os.readlink(host) if os.path.islink(host) else ""
-    h.update(f"{inside}\0{st.st_mode:o}\0{st.st_uid}\0{st.st_size}\0{st.st_mtime_ns}\0{target}\n".encode())
-    if os.path.isdir(host) and not os.path.islink(host):
+    if stat.S_ISDIR(st.st_mode):
+        # A directory's mtime moves when a file comes and goes again (a scratch file under
+        # /usr/local): its list of names, hashed below, is what says whether it changed.
+        h.update(f"{inside}\0{st.st_mode:o}\0{st.st_uid}\n".encode())
+    else:
+        h.update(f"{inside}\0{st.st_mode:o}\0{st.st_uid}\0{st.st_size}\0{st.st_mtime_ns}\0{target}\n".encode())
+    if stat.S_ISDIR(st.st_mode):
         for name in sorted(os.listdir(host)):
             _hash_tree(h, os.path.join(host, name), f"{inside}/{name}", left_out)
 
@@ -191,11 +197,27 @@ def build(content: ImageContent, *, mkfs: str = "mkfs.erofs") -> tuple[Path, flo
             partial.unlink(missing_ok=True)
             shutil.rmtree(stage, ignore_errors=True)
         took = time.monotonic() - start
+    _check_mountable(path)
     for old in built_images():
         if old != path:
             old.unlink(missing_ok=True)  # a sandbox still using it holds it open through its loop device
     forget_current()
     return path, took
+
+
+def _check_mountable(image: Path) -> None:
+    """Mount the image once as a sandbox would: an image this machine cannot mount (no loop
+    devices in a container, no erofs in the kernel) must not make every sandbox creation fail."""
+    probe = IMAGE_DIR / f".probe-{os.getpid()}"
+    probe.mkdir(mode=0o700, exist_ok=True)
+    try:
+        mount(image, probe)
+        tmpfs.unmount(probe)
+    except (SandboxError, OSError) as exc:
+        image.unlink(missing_ok=True)
+        raise SandboxError(f"this machine cannot mount the system image, so sandboxes will read the host's files through overlays: {exc}") from None
+    finally:
+        probe.rmdir()
 
 
 def _stage_script(content: ImageContent, stage: Path) -> str:
@@ -223,8 +245,11 @@ def mount(image: Path, target: Path) -> None:
     image_fd = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
     try:
         for _ in range(20):
-            with open("/dev/loop-control", "rb", buffering=0) as ctl:
-                number = fcntl.ioctl(ctl.fileno(), _LOOP_CTL_GET_FREE)
+            try:
+                with open("/dev/loop-control", "rb", buffering=0) as ctl:
+                    number = fcntl.ioctl(ctl.fileno(), _LOOP_CTL_GET_FREE)
+            except OSError as exc:
+                raise SandboxError(f"no loop device for the system image (/dev/loop-control: {exc.strerror})") from None
             device = f"/dev/loop{number}"
             try:
                 loop_fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)

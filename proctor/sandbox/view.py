@@ -103,16 +103,16 @@ def bwrap_args(spec: SandboxSpec, own: OwnView, places: Places, runtime: str | N
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", own.system(runtime), runtime]
     if spec.data_dir:
-        args += ["--ro-bind", own.overlay(_existing_dir(spec.data_dir, "data_dir")), "/data"]
+        args += ["--ro-bind", own.private(_existing_dir(spec.data_dir, "data_dir")), "/data"]
     for m in spec.mounts:
         if not os.path.exists(m.source):
             raise ConfigError(f"mount source {m.source!r} does not exist")
         if m.writable:
             args += ["--bind", m.source, m.target]  # shared on purpose: the task asked for it
         else:
-            # A read-only file stays a bind of the host's inode (docs/sandbox.md); a directory
-            # gets this sandbox's own inodes.
-            args += ["--ro-bind", own.overlay(m.source) if os.path.isdir(m.source) else m.source, m.target]
+            # Small data is copied; larger data gets an overlay (own inodes for locks and watches,
+            # the host's for mappings) or, for a file, stays a bind of the host's (docs/sandbox.md).
+            args += ["--ro-bind", own.private(m.source), m.target]
     for dev in spec.devices:
         try:
             mode = os.stat(dev.path).st_mode
