@@ -75,8 +75,9 @@ def _check_confinement(as_json: bool) -> None:
         console.print(table)
         console.print(
             "Not covered: kernel exploits (host a stronger runtime such as gVisor or a VM for that), "
-            "timing side channels (page-cache residency timed by plain reads included), host-wide counters (free "
-            "memory, load, process counts), and anything the task itself mounts into the sandbox."
+            "timing side channels (CPU and memory contention; page-cache residency of task data over 64 MiB, and of "
+            "system files without the system image), host-wide counters (free memory, load, process counts), and "
+            "anything the task itself mounts writable into the sandbox."
         )
         if missing:
             console.print(f"[red]missing:[/red] {', '.join(missing)}")

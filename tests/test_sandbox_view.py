@@ -290,3 +290,4 @@ def test_the_covert_channel_benchmark_runs_and_reports_both_channels(confinement
     res = json.loads(proc.stdout)
     assert res["cpu_contention"]["bits"] == 32 and "loop_bits_per_s" in res["cpu_contention"]
     assert "bits" in res["page_cache"] and res["tcp_socket_count"]["symbols"] == 32
+    assert res["futex"]["bits"] == res["pagemap"]["bits"] == 32

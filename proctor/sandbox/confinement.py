@@ -28,19 +28,15 @@ DEFAULT_REQUIRED = (
 # What namespaces on one kernel cannot separate: measured by bench/covert.py on the CI machine
 # (2 cores, kernel 6.18); docs/sandbox.md has the numbers and what gVisor changes.
 RESIDUAL = (
-    "the page cache of the read-only files the overlays share with the host and other sandboxes "
-    "(a sender reads a cold page, a receiver times its first read: 2 us cached against 60-100 us "
-    "from disk; 1,000-6,600 bit/s, at most 4 errors in 256 bits, reusable: a sender that fills its own "
-    "memory limit evicts shared pages); "
-    "futexes on a shared file mapping (the kernel keys them on the real file, which the overlays pass "
-    "through: 3,700-4,200 bit/s between live sandboxes, no errors) and /proc/self/pagemap's "
-    "exclusively-mapped bit on such pages (hundreds of kbit/s); the host-wide pipe/socket inode "
-    "counter (about 5 bit/s); the "
-    "host-wide TCP socket count and socket memory in /proc/net/sockstat (a per-process directory "
-    "that cannot be bound over: 80 bit/s without error, above 250 bit/s with errors); CPU and "
-    "memory contention and /proc/uptime's idle column (0.2-2.5 bit/s on a busy 2-core machine, "
-    "more on a quiet one). bench/covert.py measures them; a gVisor runtime has its own /proc "
-    "and file cache."
+    "CPU and memory contention and /proc/uptime's idle column (0.2-3 bit/s at 50 ms slots on a busy "
+    "2-core machine, more on a quiet one); the host-wide TCP socket count and socket memory in "
+    "/proc/net/sockstat (a per-process directory that cannot be bound over: 50-80 bit/s without "
+    "error, above 250 bit/s with errors); the host-wide pipe/socket inode counter (about 5 bit/s). "
+    "Files that are still the host's inodes: task data over 64 MiB and a non-default runtime are "
+    "overlays whose mappings and page cache are shared (page-cache timing 1,000-12,000 bit/s, futexes "
+    "on a shared mapping 3,700-4,200 bit/s, the pagemap's exclusively-mapped bit hundreds of kbit/s), "
+    "and so are /usr, /etc and the runtime when private_system_inodes is not enforced. "
+    "bench/covert.py measures them; a gVisor runtime has its own /proc and file cache."
 )
 PROBE_LIMITS = SandboxLimits(memory_bytes=96 * MiB, pids=32, cpus=0.5, workdir_bytes=3 * MiB, workdir_inodes=333)
 _PROBE = r"""
