@@ -135,7 +135,7 @@ def built_images() -> list[Path]:
         return []
 
 
-_current: dict[ImageContent, tuple[float, Path | None, str]] = {}
+_current: dict[ImageContent, tuple[Path | None, str]] = {}
 _current_lock = threading.Lock()
 
 
@@ -146,16 +146,15 @@ def current(content: ImageContent) -> tuple[Path | None, str]:
         if content not in _current:
             built = built_images()
             if not built:
-                _current[content] = (time.time(), None, f"no system image in {IMAGE_DIR}: build it with `proctor image build` (make setup)")
+                _current[content] = (None, f"no system image in {IMAGE_DIR}: build it with `proctor image build` (make setup)")
             else:
                 path = image_path(manifest_hash(content))
                 why = "" if path.exists() else (
                     f"the system image in {IMAGE_DIR} is stale (/usr, /etc or the runtime changed since it was built): "
                     "rebuild it with `proctor image build` (make setup)"
                 )
-                _current[content] = (time.time(), path if path.exists() else None, why)
-        _, path, why = _current[content]
-        return path, why
+                _current[content] = (path if path.exists() else None, why)
+        return _current[content]
 
 
 def forget_current() -> None:
@@ -170,6 +169,7 @@ def build(content: ImageContent, *, mkfs: str = "mkfs.erofs") -> tuple[Path, flo
         raise SandboxError(f"{mkfs} not found: install erofs-utils (make setup does)")
     IMAGE_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(IMAGE_DIR, 0o700)
+    _remove_dead_builds()
     digest = manifest_hash(content)
     path = image_path(digest)
     took = 0.0
@@ -177,7 +177,7 @@ def build(content: ImageContent, *, mkfs: str = "mkfs.erofs") -> tuple[Path, flo
         start = time.monotonic()
         stage = IMAGE_DIR / f".stage-{os.getpid()}"
         partial = IMAGE_DIR / f".partial-{os.getpid()}.erofs"
-        shutil.rmtree(stage, ignore_errors=True)
+        _remove_stage(stage)
         stage.mkdir(mode=0o755)
         try:
             script = _stage_script(content, stage)
@@ -185,7 +185,7 @@ def build(content: ImageContent, *, mkfs: str = "mkfs.erofs") -> tuple[Path, flo
             # A private mount namespace: the binds that assemble the tree vanish with the build.
             res = subprocess.run(
                 ["unshare", "--mount", "--propagation", "private", "sh", "-ec",
-                 script + f' exec "$0" --quiet -x-1 --preserve-mtime --exclude-regex="$1" "$2" "$3"',
+                 script + ' exec "$0" --quiet -x-1 --preserve-mtime --exclude-regex="$1" "$2" "$3"',
                  mkfs, regex, str(partial), str(stage)],
                 capture_output=True, text=True,
             )
@@ -195,7 +195,7 @@ def build(content: ImageContent, *, mkfs: str = "mkfs.erofs") -> tuple[Path, flo
             os.rename(partial, path)
         finally:
             partial.unlink(missing_ok=True)
-            shutil.rmtree(stage, ignore_errors=True)
+            _remove_stage(stage)
         took = time.monotonic() - start
     _check_mountable(path)
     for old in built_images():
@@ -203,6 +203,26 @@ def build(content: ImageContent, *, mkfs: str = "mkfs.erofs") -> tuple[Path, flo
             old.unlink(missing_ok=True)  # a sandbox still using it holds it open through its loop device
     forget_current()
     return path, took
+
+
+def _remove_dead_builds() -> None:
+    """What a build killed half-way left: its staging directory and its partial image (gigabytes)."""
+    for leftover in IMAGE_DIR.glob(".*-*"):
+        pid = leftover.name.split("-", 1)[1].split(".", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            if leftover.is_dir():
+                _remove_stage(leftover)
+            else:
+                leftover.unlink(missing_ok=True)
+
+
+def _remove_stage(directory: Path) -> None:
+    # Never delete through a mount: a bind of /usr left here would take the host's /usr with it.
+    for point in tmpfs.mounts_under(directory):
+        tmpfs.unmount(point)
+    if tmpfs.mounts_under(directory):
+        raise SandboxError(f"{directory} still has mounts under it; not removing it")
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _check_mountable(image: Path) -> None:
