@@ -124,6 +124,7 @@ class OwnView:
         self.dev = root / "dev"
         self.system_root: Path | None = None  # the system image's mount, when one is built
         self._overlays: dict[str, Path] = {}
+        self._copies = 0
 
     def build(self, etc_names: tuple[str, ...], identity: dict[str, str], limits: SandboxLimits) -> None:
         self.root.mkdir(mode=0o700, exist_ok=True)
@@ -179,8 +180,9 @@ class OwnView:
         blocks, files = _copy_cost(source)
         if blocks is None:
             return self.overlay(source) if os.path.isdir(source) else source
-        base = self.root / "copy" / str(len(list((self.root / "copy").glob("*"))) if (self.root / "copy").exists() else 0)
+        base = self.root / "copy" / str(self._copies)
         base.mkdir(mode=0o755, parents=True)
+        self._copies += 1
         # tmpfs counts whole pages per file and per directory; the copy's pages are charged to the
         # harness, which writes them, and are capped by this size.
         tmpfs.mount_tmpfs(base, size=blocks + MiB, inodes=files + 16, uid=0, gid=0, mode=0o755)

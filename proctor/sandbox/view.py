@@ -25,6 +25,7 @@ from .models import SandboxSpec
 from .ownfs import OwnView
 from .sysimage import ETC_ALLOWLIST, SYSTEM_DIRS
 
+
 @dataclass(frozen=True)
 class Places:
     """Host paths of one sandbox's own places."""
