@@ -7,6 +7,10 @@ sender in one real sandbox and a receiver in another, both as students.
    (read-only overlays still share the lower files' page cache); the receiver times its own first
    read of every page (fast = cached = 1). Between rounds the harness evicts the files' pages
    (as a student could by switching to files nobody has read).
+4. futex on a shared file mapping: in each 5 ms slot the receiver waits on a futex at offset 0
+   of a MAP_SHARED mapping of a /usr file, the sender wakes (1) or not (0).
+5. pagemap: the sender maps chosen pages of a /usr file; the receiver reads /proc/self/pagemap's
+   exclusively-mapped bit of each page.
 3. TCP socket count: /proc/net/sockstat's `alloc` is host-wide although /proc/net is the
    network namespace's; the sender holds 4*v sockets (v a 4-bit symbol) per 50 ms slot.
 2. CPU contention: in each 50 ms slot the sender spins (1) or sleeps (0); the receiver counts
@@ -79,7 +83,8 @@ print(" ".join(rows))
 
 
 def capacity(bits: int, errors: int) -> float:
-    """Bits of information per bit sent: a binary symmetric channel with the measured error rate."""
+    """Bits of information per bit sent: a binary symmetric channel with the measured error rate
+    (a receiver that reads the same value whatever is sent gets nothing: its callers say 0)."""
     p = min(errors / bits, 1 - errors / bits) if bits else 0.5
     return 1.0 if p == 0 else 1 + p * math.log2(p) + (1 - p) * math.log2(1 - p)
 
@@ -176,6 +181,8 @@ def cpu_contention(sender: Sandbox, receiver: Sandbox, bits: int, slot: float = 
     res = receiver.run(["python3", "-c", PROBE_CPU, str(t0), str(slot), str(bits)], timeout=60 + bits * slot)
     proc.popen.wait(timeout=30)
     rows = [r.split(":") for r in res.text.split()]
+    if len(rows) != bits:
+        return {"bits": 0, "note": f"receiver failed (exit {res.exit_code}): {res.stderr.decode(errors='replace').strip()[-300:]}"}
     out = {"bits": bits, "slot_s": slot}
     for name, col, high_is_one in (("loop", 0, False), ("uptime_idle", 1, False)):
         got = decide([float(r[col]) for r in rows], high_is_one)
@@ -200,6 +207,95 @@ def socket_count(sender: Sandbox, receiver: Sandbox, symbols: int, slot: float =
             "bits_per_s_lower_bound": round(max(0.0, bits * (symbols - errors) / symbols - (1 if errors else 0)) / slot, 1)}
 
 
+MAP_LIB = """
+import ctypes, os, platform, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+FUTEX = {"x86_64": 202, "aarch64": 98}[platform.machine()]
+def shared_map(path, length):  # PROT_READ, MAP_SHARED: one page-cache page per file page
+    return libc.mmap(None, length, 1, 1, os.open(path, os.O_RDONLY), 0)
+"""
+SEND_FUTEX = MAP_LIB + """
+t0, slot, bits, path = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+addr = shared_map(path, 4096)
+for i, b in enumerate(bits):
+    while time.time() < t0 + (i + 0.3) * slot: pass
+    while b == "1" and time.time() < t0 + (i + 0.9) * slot:
+        libc.syscall(FUTEX, ctypes.c_void_p(addr), 1, 2**31 - 1, None, None, 0)
+"""
+RECEIVE_FUTEX = MAP_LIB + """
+class timespec(ctypes.Structure):
+    _fields_ = [("s", ctypes.c_long), ("ns", ctypes.c_long)]
+t0, slot, n, path = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+addr = shared_map(path, 4096)
+val = ctypes.c_uint32.from_address(addr).value
+got = []
+for i in range(n):
+    while time.time() < t0 + (i + 0.1) * slot: pass
+    left = t0 + (i + 0.95) * slot - time.time()
+    r = libc.syscall(FUTEX, ctypes.c_void_p(addr), 0, val, ctypes.byref(timespec(0, max(1, int(left * 1e9)))), None, 0)
+    got.append("1" if r == 0 else "0")
+print("".join(got))
+"""
+HOLD_PAGES = MAP_LIB + """
+path, bits = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDONLY)
+for i, b in enumerate(bits):
+    if b == "1":
+        # One page per mapping: a fault maps the cached neighbours of a page too (fault-around).
+        addr = libc.mmap(None, 4096, 1, 1, fd, 4096 * i)
+        ctypes.c_char.from_address(addr).value  # fault in: now mapped twice
+print("held", flush=True)
+sys.stdin.read()
+"""
+PROBE_PAGEMAP = MAP_LIB + """
+path, n = sys.argv[1], int(sys.argv[2])
+t = time.perf_counter()
+addr = shared_map(path, 4096 * n)
+pm = os.open("/proc/self/pagemap", os.O_RDONLY)
+bits = []
+for i in range(n):
+    ctypes.c_char.from_address(addr + 4096 * i).value
+    entry = struct.unpack("<Q", os.pread(pm, 8, (addr // 4096 + i) * 8))[0]
+    bits.append("0" if entry >> 56 & 1 else "1")  # not exclusive: someone else maps it
+print(time.perf_counter() - t)
+print("".join(bits))
+"""
+FUTEX_FILE = "/usr/share/common-licenses/GPL-3"
+
+
+def futex(sender: Sandbox, receiver: Sandbox, bits: int, slot: float = 0.005) -> dict:
+    """A futex on a MAP_SHARED mapping of a read-only file: in slot i the receiver waits on the
+    word at offset 0 and the sender wakes it (1) or not (0). The kernel keys the futex on the
+    file's inode, so the channel exists iff the two mappings are of one inode."""
+    msg = "".join(random.choice("01") for _ in range(bits))
+    t0 = time.time() + 1.5
+    proc = sender.spawn(["python3", "-c", SEND_FUTEX, str(t0), str(slot), msg, FUTEX_FILE])
+    res = receiver.run(["python3", "-c", RECEIVE_FUTEX, str(t0), str(slot), str(bits), FUTEX_FILE], timeout=60 + bits * slot)
+    proc.popen.wait(timeout=30)
+    if len(res.text.strip()) != bits:
+        return {"bits": 0, "note": f"receiver failed: {res.stderr.decode(errors='replace').strip()[-300:]}"}
+    errors = sum(a != b for a, b in zip(msg, res.text.strip()))
+    return {"bits": bits, "slot_s": slot, "errors": errors, "ones_received": res.text.count("1"),
+            "bits_per_s": round(capacity(bits, errors) / slot, 1) if len(set(res.text.strip())) > 1 else 0.0}
+
+
+def pagemap(sender: Sandbox, receiver: Sandbox, bits: int) -> dict:
+    """/proc/self/pagemap's exclusively-mapped bit: the sender maps page i of a read-only file
+    nobody else maps (1) or not (0); the receiver maps every page and reads the bit."""
+    files = [p for p in cold_files(min_bytes=4096 * bits) if p.startswith("/usr/share/")] or cold_files(min_bytes=4096 * bits)
+    msg = "".join(random.choice("01") for _ in range(bits))
+    holder = sender.spawn(["python3", "-c", HOLD_PAGES, files[0], msg])
+    assert holder.popen.stdout.readline() == b"held\n"
+    res = receiver.run(["python3", "-c", PROBE_PAGEMAP, files[0], str(bits)], timeout=60)
+    holder.kill_tree()
+    seconds, got = res.text.split()
+    errors = sum(a != b for a, b in zip(msg, got))
+    return {"bits": bits, "errors": errors, "ones_received": got.count("1"), "seconds": round(float(seconds), 4),
+            "bits_per_s": round(bits * capacity(bits, errors) / float(seconds), 1) if len(set(got)) > 1 else 0.0}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bits", type=int, default=256)
@@ -207,7 +303,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with Sandbox.create(SandboxSpec()) as sender, Sandbox.create(SandboxSpec()) as receiver:
-        result = {"page_cache": page_cache(sender, receiver, args.bits), "cpu_contention": cpu_contention(sender, receiver, min(args.bits, 64), args.slot),
+        result = {"page_cache": page_cache(sender, receiver, args.bits), "futex": futex(sender, receiver, args.bits),
+                  "pagemap": pagemap(sender, receiver, args.bits), "cpu_contention": cpu_contention(sender, receiver, min(args.bits, 64), args.slot),
                   "tcp_socket_count": socket_count(sender, receiver, min(args.bits, 64))}
     if args.json:
         print(json.dumps(result))

@@ -7,7 +7,7 @@ baseline taken minutes earlier says little about the sample next to it):
 
 1. create + first command (`true`) + close, and the three parts separately;
 2. one command (`true`) in a sandbox whose session is already running, and one Python start
-   importing a few modules (reading the runtime and /usr through the sandbox's own overlays);
+   importing a few modules (reading the runtime and /usr from the sandbox's own system image);
 3. kill_all() of a fork storm that keeps about 500 processes alive and forking;
 4. memory of idle sandboxes with many alive at once, against as many bare `sleep 1000`.
 
@@ -39,7 +39,7 @@ STORM_SCRIPT = f"for i in $(seq {STORM_PROCS}); do (while :; do sleep 0.01 & wai
 # measured is killing a storm at full strength, not bash retrying forks against the limit.
 STORM_PIDS_LIMIT = 2048
 STORM_RAMP_DEADLINE_S = 60.0
-# Reads dozens of files of the runtime and /usr: through the sandbox's overlays, against the host.
+# Reads dozens of files of the runtime and /usr: from the sandbox's own image, against the host.
 PYTHON_IMPORT = ("python3", "-c", "import json, email.parser, urllib.request")
 
 

@@ -93,8 +93,9 @@ def _check_confinement(as_json: bool, runtime: str) -> None:
         console.print(table)
         console.print(
             "Not covered: kernel exploits (host a stronger runtime such as gVisor or a VM for that), "
-            "timing side channels (page-cache residency timed by plain reads included), host-wide counters (free "
-            "memory, load, process counts), and anything the task itself mounts into the sandbox."
+            "timing side channels (CPU and memory contention; page-cache residency of task data over 64 MiB, and of "
+            "system files without the system image), host-wide counters (free memory, load, process counts), and "
+            "anything the task itself mounts writable into the sandbox."
         )
         if missing:
             console.print(f"[red]missing:[/red] {', '.join(missing)}")
@@ -277,6 +278,35 @@ def _model_config(agent: str, path: str | None, flags: dict):
     if path:
         return ModelConfig.load(path, **overrides)
     return ModelConfig.build(overrides, origin="--agent model:NAME")
+
+
+image_app = typer.Typer(no_args_is_help=True, help="The read-only system image every sandbox mounts as its own /usr, /etc and runtime.")
+app.add_typer(image_app, name="image")
+
+
+@image_app.command("build")
+def image_build() -> None:
+    """Build the system image if /usr, the allowlisted /etc or the runtime changed (make setup runs this)."""
+    from .sandbox import sysimage
+
+    try:
+        path, took = sysimage.build(sysimage.system_content())
+    except ProctorError as exc:
+        _fail(exc)
+    size = path.stat().st_size / 2**30
+    console.print(f"{path} ({size:.1f} GiB): {'built in %.0f s' % took if took else 'up to date'}", highlight=False)
+
+
+@image_app.command("status")
+def image_status() -> None:
+    """Say whether the system image is built and fresh; exit 1 if not."""
+    from .sandbox import sysimage
+
+    path, why = sysimage.current(sysimage.system_content())
+    if path is None:
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(1)
+    console.print(f"{path}: up to date", highlight=False)
 
 
 @app.command()

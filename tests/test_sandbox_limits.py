@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import threading
@@ -32,7 +33,9 @@ def test_a_tmpfs_hog_in_the_workdir_counts_against_memory(make_sandbox):
     # The workdir quota alone would allow 512 MiB; the memory limit must stop it first.
     box = make_sandbox(memory_bytes=96 * MiB, workdir_bytes=512 * MiB)
     box.run("dd if=/dev/zero of=/workdir/fill bs=1M count=400 2>&1", timeout=60)
-    # Measured from the host: under gVisor the limit kills the whole container, shell included.
+    # Measured from the host: under gVisor the limit kills the whole container, shell included,
+    # and under bwrap nothing new starts once the fill holds the memory (the code pages of the
+    # sandbox's own system image are charged to it too: docs/sandbox.md).
     size = (box.workdir / "fill").stat().st_size
     assert size < 120 * MiB, size
     assert box.usage().oom_kills >= 1
@@ -40,11 +43,10 @@ def test_a_tmpfs_hog_in_the_workdir_counts_against_memory(make_sandbox):
 
 def test_a_dev_shm_hog_counts_against_memory(make_sandbox):
     box = make_sandbox(memory_bytes=96 * MiB, shm_bytes=512 * MiB)
-    res = box.run("dd if=/dev/zero of=/dev/shm/fill bs=1M count=400 2>&1; wc -c < /dev/shm/fill", timeout=60)
-    # Under gVisor the limit kills the whole container (this shell too): the file is then
-    # measured by a fresh command, in the same /dev/shm.
-    size = res.text.split()[-1] if res.exit_code is not None else box.run("wc -c < /dev/shm/fill").text
-    assert int(size) < 120 * MiB, res.text
+    res = box.run("dd if=/dev/zero of=/dev/shm/fill bs=1M count=400 2>&1", timeout=60)
+    # Measured from the host (both runtimes keep /dev/shm as a capped host tmpfs beside /workdir):
+    # once the fill holds the memory, no new command can start in the sandbox to measure it.
+    assert os.stat(box.workdir.parent / "shm" / "fill").st_size < 120 * MiB, res.text
 
 
 def test_a_sysv_shared_memory_hog_is_stopped_at_the_memory_limit(make_sandbox):

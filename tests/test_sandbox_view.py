@@ -259,14 +259,21 @@ def test_a_test_runner_watching_its_own_files_sees_them_change(sandbox):
         watcher.kill_tree()
 
 
-def test_a_read_only_task_mount_gets_its_own_inodes(make_sandbox, tmp_path):
+@pytest.mark.parametrize("copied", [True, False], ids=["small-copied", "large-overlaid"])
+def test_a_read_only_task_mount_gets_its_own_inodes(make_sandbox, tmp_path, monkeypatch, copied):
+    from proctor.sandbox import ownfs
+
+    if not copied:
+        monkeypatch.setattr(ownfs, "COPY_BYTES", 0)  # stands for data too large to copy
     ro = tmp_path / "ro"
     ro.mkdir()
     (ro / "f").write_text("r")
-    box = make_sandbox(SandboxSpec(mounts=(Mount(source=str(ro), target="/ro"),)))
-    assert _ok(box.run(["cat", "/ro/f"])).text == "r"
+    box = make_sandbox(SandboxSpec(mounts=(Mount(source=str(ro), target="/ro"), Mount(source=str(ro / "f"), target="/rof"))))
+    assert _ok(box.run(["cat", "/ro/f", "/rof"])).text == "rr"
     assert box.run(["/bin/sh", "-c", "touch /ro/x"]).exit_code != 0
-    assert _ok(box.run(["stat", "-f", "-c", "%T", "/ro"])).text.strip() == "overlayfs"
+    assert _ok(box.run(["stat", "-f", "-c", "%T", "/ro"])).text.strip() == ("tmpfs" if copied else "overlayfs")
+    host_file = f"{os.stat(ro / 'f').st_dev} {os.stat(ro / 'f').st_ino}"
+    assert (_ok(box.run(["stat", "-c", "%d %i", "/rof"])).text.strip() == host_file) is not copied
 
 
 def test_the_confinement_report_says_what_is_closed_and_what_stays(confinement):
@@ -283,3 +290,4 @@ def test_the_covert_channel_benchmark_runs_and_reports_both_channels(confinement
     res = json.loads(proc.stdout)
     assert res["cpu_contention"]["bits"] == 32 and "loop_bits_per_s" in res["cpu_contention"]
     assert "bits" in res["page_cache"] and res["tcp_socket_count"]["symbols"] == 32
+    assert res["futex"]["bits"] == res["pagemap"]["bits"] == 32

@@ -23,7 +23,7 @@ import pytest
 
 from proctor import Script
 from proctor.judges.student_code import StudentRunner
-from proctor.sandbox import Sandbox, reclaim_stale
+from proctor.sandbox import Sandbox, SandboxSpec, reclaim_stale
 from proctor.sandbox.keyrings import key_user_ids
 from proctor.testing import rollout
 
@@ -159,15 +159,19 @@ def test_fanotify_init_is_refused_and_recorded(make_sandbox):
 
 
 @pytest.fixture
-def shared_file():
-    """A read-only system file every sandbox sees (under /usr), in the page cache."""
-    path = Path(f"/usr/local/share/proctor-pagecache-{secrets.token_hex(4)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
+def shared_file(tmp_path, monkeypatch):
+    """A read-only file every sandbox sees as the host's inode, in the page cache: task data too
+    large to copy gets an overlay (ownfs.COPY_BYTES; system files have their own image now)."""
+    from proctor.sandbox import ownfs
+
+    monkeypatch.setattr(ownfs, "COPY_BYTES", 0)
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    path = data / "pagecache"
     path.write_bytes(os.urandom(256 * 1024))
     os.chmod(path, 0o644)
     path.read_bytes()
-    yield path
-    path.unlink()
+    return path
 
 
 def _resident(path: Path) -> bool:
@@ -182,15 +186,16 @@ def _resident(path: Path) -> bool:
         os.close(fd)
 
 
-def test_fadvise_cannot_evict_a_system_file_and_rwf_nowait_cannot_probe_it(make_sandbox, shared_file):
-    sender, receiver = make_sandbox(), make_sandbox()
+def test_fadvise_cannot_evict_a_shared_file_and_rwf_nowait_cannot_probe_it(make_sandbox, shared_file):
+    spec = SandboxSpec(data_dir=str(shared_file.parent))
+    sender, receiver = make_sandbox(spec), make_sandbox(spec)
     assert _resident(shared_file)
     evict = student_python(sender, """
         fd = os.open(sys.argv[1], os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_NOREUSE)
         print("ok")
-    """, str(shared_file))
+    """, "/data/pagecache")
     assert evict.text.strip() == "ok" and _resident(shared_file)
     probe = student_python(receiver, """
         fd = os.open(sys.argv[1], os.O_RDONLY)
@@ -202,7 +207,7 @@ def test_fadvise_cannot_evict_a_system_file_and_rwf_nowait_cannot_probe_it(make_
         print(call(451, fd, 0, 0, 0))  # cachestat
         print(call(425, 8, 0))  # io_uring_setup
         print(call(206, 8, 0))  # io_setup (Linux AIO)
-    """, str(shared_file))
+    """, "/data/pagecache")
     assert probe.text.split() == ["refused", str(errno.EOPNOTSUPP)] * 2 + [str(-errno.ENOSYS)] * 3
     # Honest callers use these too (cp, tar, runtimes probing io_uring): never flagged.
     assert recorded(sender) == recorded(receiver) == []

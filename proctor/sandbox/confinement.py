@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import ConfinementError, ProctorError, SandboxUnavailable
-from . import syscall_filter
+from . import syscall_filter, sysimage
 from .cgroups import layout
 from .environment import student_env
 from .host import binaries, require_host
@@ -23,23 +23,21 @@ DEFAULT_REQUIRED = (
     "uid_isolation", "no_new_privs", "mount_namespace", "pid_namespace", "network_namespace",
     "ipc_namespace", "memory_limit", "no_swap", "pids_limit", "cpu_quota", "freezer", "disk_quota",
     "oom_priority", "clean_environment", "own_inodes", "host_counters_masked", "syscall_filter",
-)
+    # Required where setup built the system image: a stale image then stops sandbox creation with
+    # the rebuild command instead of silently showing the host's inodes.
+) + (("private_system_inodes",) if sysimage.built_images() else ())
 # What namespaces on one kernel cannot separate: measured by bench/covert.py on the CI machine
 # (2 cores, kernel 6.18); docs/sandbox.md has the numbers and what gVisor changes.
 RESIDUAL = (
-    "the page cache of the read-only files the overlays share with the host and other sandboxes "
-    "(a sender reads a cold page, a receiver times its first read: 2 us cached against 60-100 us "
-    "from disk; 1,000-6,600 bit/s, at most 4 errors in 256 bits, reusable: a sender that fills its own "
-    "memory limit evicts shared pages); "
-    "futexes on a shared file mapping (the kernel keys them on the real file, which the overlays pass "
-    "through: 3,700-4,200 bit/s between live sandboxes, no errors) and /proc/self/pagemap's "
-    "exclusively-mapped bit on such pages (hundreds of kbit/s); the host-wide pipe/socket inode "
-    "counter (about 5 bit/s); the "
-    "host-wide TCP socket count and socket memory in /proc/net/sockstat (a per-process directory "
-    "that cannot be bound over: 80 bit/s without error, above 250 bit/s with errors); CPU and "
-    "memory contention and /proc/uptime's idle column (0.2-2.5 bit/s on a busy 2-core machine, "
-    "more on a quiet one). bench/covert.py measures them; a gVisor runtime has its own /proc "
-    "and file cache."
+    "CPU and memory contention and /proc/uptime's idle column (0.2-3 bit/s at 50 ms slots on a busy "
+    "2-core machine, more on a quiet one); the host-wide TCP socket count and socket memory in "
+    "/proc/net/sockstat (a per-process directory that cannot be bound over: 50-80 bit/s without "
+    "error, above 250 bit/s with errors); the host-wide pipe/socket inode counter (about 5 bit/s). "
+    "Files that are still the host's inodes: task data over 64 MiB and a non-default runtime are "
+    "overlays whose mappings and page cache are shared (page-cache timing 1,000-12,000 bit/s, futexes "
+    "on a shared mapping 3,700-4,200 bit/s, the pagemap's exclusively-mapped bit hundreds of kbit/s), "
+    "and so are /usr, /etc and the runtime when private_system_inodes is not enforced. "
+    "bench/covert.py measures them; a gVisor runtime has its own /proc and file cache."
 )
 PROBE_LIMITS = SandboxLimits(memory_bytes=96 * MiB, pids=32, cpus=0.5, workdir_bytes=3 * MiB, workdir_inodes=333)
 _PROBE = r"""
@@ -53,7 +51,9 @@ echo "marker_visible=$(test -e "$1" && echo yes || echo no)"
 echo "oom=$(cat /proc/self/oom_score_adj)"
 echo "workdir=$(stat -f -c '%b %S %c' /workdir)"
 echo "envnames=$(env | cut -d= -f1 | sort | tr '\n' ,)"
-echo "view_inodes=$(stat -f -c '%c' / /usr /etc /dev/null 2>&1 | tail -n 3 | tr '\n' ' ')"
+echo "view_inodes=$(stat -f -c '%c' / /etc /dev/null 2>&1 | tail -n 2 | tr '\n' ' ')"
+echo "usr_inodes=$(stat -f -c '%c' /usr)"
+echo "system_fs=$(stat -f -c '%t' /usr "$3" | tr '\n' ,)"
 echo "null_dev=$(stat -c '%d' /dev/null)"
 echo "counters=$(cat /proc/sys/kernel/pty/nr)$(wc -c < /proc/key-users)$(wc -c < /proc/sys/fs/file-nr)"
 echo "add_key=$(python3 -c "$2" 2>&1 | tr -d '\n' | head -c 80)"
@@ -100,7 +100,7 @@ def probe() -> ConfinementReport:
     box = Sandbox(SandboxSpec(limits=PROBE_LIMITS), ConfinementReport(protections=()), degraded_ok=True)
     try:
         box._build()
-        res = box.run(["/bin/sh", "-c", _PROBE, "probe", str(marker), _ADD_KEY], timeout=20)
+        res = box.run(["/bin/sh", "-c", _PROBE, "probe", str(marker), _ADD_KEY, box.runtime or "/usr"], timeout=20)
         recorded = [a.syscall for a in box.syscall_attempts()]
         seen = dict(
             part.split("=", 1) for line in res.text.splitlines() for part in (line.split(" ") if line.startswith("uid=") else [line]) if "=" in part
@@ -121,6 +121,8 @@ def probe() -> ConfinementReport:
         expected_env = set(student_env(box.python_runtime, {}))
         # The shell itself adds PWD, SHLVL and _; anything else came from outside.
         env_names = set(seen.get("envnames", "").strip(",").split(",")) - {"PWD", "SHLVL", "_"}
+        image, why = sysimage.current(sysimage.system_content())
+        system_fs_ok = image is not None and seen.get("system_fs") == f"{sysimage.EROFS_MAGIC:x},{sysimage.EROFS_MAGIC:x},"
         guarded = box._anchor_pid is not None and loopback_escapes(box._anchor_pid) is not None
         protections = (
             _p("uid_isolation", seen.get("uid") == str(box.uid) and seen.get("groups") == str(box.uid),
@@ -145,9 +147,11 @@ def probe() -> ConfinementReport:
                "tmpfs with size= and nr_inodes= for /workdir, /tmp, /dev/shm", f"/workdir: {blocks * bsize} bytes, {inodes} inodes"),
             _p("oom_priority", seen.get("oom") == "1000", "oom_score_adj 1000 for student processes"),
             _p("clean_environment", env_names == expected_env, "fixed minimal environment", f"variables: {', '.join(sorted(env_names))}"),
-            _p("own_inodes", seen.get("view_inodes", "").split() == [str(VIEW_INODES)] * 3 and seen.get("null_dev") == str(os.stat(box._places.view).st_dev),
-               "a tmpfs per sandbox: read-only overlays of /usr, /etc, the runtime and /data, its own /dev nodes",
+            _p("own_inodes", seen.get("view_inodes", "").split() == [str(VIEW_INODES)] * 2 and seen.get("null_dev") == str(os.stat(box._places.view).st_dev)
+               and (seen.get("usr_inodes") == str(VIEW_INODES) or system_fs_ok),
+               "a tmpfs per sandbox: read-only overlays (or its own system image) for /usr, /etc, the runtime and /data, its own /dev nodes",
                "locks, inotify watches and statvfs of what the student reads are its own" if seen.get("null_dev") == str(os.stat(box._places.view).st_dev) else f"/usr, /etc, /dev/null report {seen.get('view_inodes')} inodes"),
+            _private_system_inodes(seen, image, why),
             _p("host_counters_masked", seen.get("counters") == "000", "host-global /proc counters bound over with per-sandbox files",
                "pty count, key users, open files and the rest of procmask's list"),
             Protection(name="shared_host_resources", status="degraded", mechanism="none: one kernel's page cache and CPUs", detail=RESIDUAL),
@@ -190,6 +194,19 @@ def grant(report: ConfinementReport, required: Iterable[str], *, allow_degraded:
             f"run `{check}`, or opt out explicitly with allow_degraded=True"
         )
     return bool(lacking)
+
+
+def _private_system_inodes(seen: dict[str, str], image: Path | None, why: str) -> Protection:
+    mechanism = "its own mount of an erofs system image (its own loop device, direct I/O) for /usr, /etc and the runtime"
+    erofs = f"{sysimage.EROFS_MAGIC:x}"
+    if image is not None and seen.get("system_fs") == f"{erofs},{erofs},":
+        return _p("private_system_inodes", True, mechanism,
+                  f"{image.name}: no page cache, mapping, futex key or atime shared with the host or another sandbox")
+    if image is None and not sysimage.built_images():
+        # Never built on this machine (setup not run since): an explicit gap, not a hidden one.
+        return Protection(name="private_system_inodes", status="degraded", mechanism="read-only overlays of the host's files",
+                          detail=f"{why}; until then the page cache, futex and pagemap channels of shared_host_resources stay open")
+    return _p("private_system_inodes", False, mechanism, why or f"/usr and the runtime are on {seen.get('system_fs')}, not the image")
 
 
 def machine_confinement() -> ConfinementReport:

@@ -11,12 +11,17 @@ of its own (`view/`, made by the harness under its root-only state dir) holding:
 - `proc/`: the masked /proc files (see procmask);
 - `dev/`: its own null, zero, full, random, urandom and tty nodes (bubblewrap's --dev binds the
   host's, whose inodes every sandbox shares);
-- `ovl/N/`: a read-only overlay per read-only directory (system dirs, the runtime, /data,
-  read-only task mounts) whose upper layer is on this tmpfs. Overlay inodes belong to their own
-  superblock, so locks, inotify watches and fanotify inode marks land on this sandbox's inodes,
-  and `statvfs` answers with the upper tmpfs's counters, which nothing moves after creation.
+- `system/`: this sandbox's own mount of the system image (sysimage): /usr, the allowlisted /etc
+  and the default runtime, with inodes, page cache and futex keys of its own;
+- `copy/N/`: a tmpfs of its own holding a copy of small read-only task data (/data, read-only
+  task mounts up to COPY_BYTES): nothing of it is a host inode, mappings and page cache included;
+- `ovl/N/`: a read-only overlay per other read-only directory (larger data, a non-default
+  runtime, and everything when no system image is built) whose upper layer is on
+  this tmpfs. Overlay inodes belong to their own superblock, so locks, inotify watches and
+  fanotify inode marks land on this sandbox's inodes, and `statvfs` answers with the upper
+  tmpfs's counters, which nothing moves after creation.
 
-What the overlays still share is the lower files' page cache: see docs/sandbox.md."""
+What an overlay still shares is its lower files' mappings and page cache: see docs/sandbox.md."""
 
 from __future__ import annotations
 
@@ -30,12 +35,16 @@ import threading
 from pathlib import Path
 
 from ..errors import SandboxError
-from . import procmask, tmpfs
+from . import procmask, sysimage, tmpfs
 from .host import binaries, state_dir
 from .models import MiB, SandboxLimits
 
 VIEW_BYTES = 64 * MiB  # a ceiling: pages are used only for what is written (tens of KiB)
 VIEW_INODES = 65_536
+# Read-only task data up to this size gets a copy of its own per sandbox; larger data an overlay
+# (whose mappings still reach the host's files: docs/sandbox.md).
+COPY_BYTES = 64 * MiB
+COPY_FILES = 4096
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 
 
@@ -88,6 +97,22 @@ def _escape(path: str) -> str:
     return path.replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
 
 
+def _copy_cost(source: str) -> tuple[int | None, int]:
+    """(bytes a tmpfs copy of `source` takes, files) or (None, _) when over the copy limits."""
+    blocks, files = 0, 0
+    for root, dirs, names in os.walk(source) if os.path.isdir(source) else [("", [], [source])]:
+        files += 1 + len(names)
+        for name in names:
+            try:
+                blocks += -(-os.lstat(os.path.join(root, name)).st_size // 4096) * 4096
+            except OSError:
+                pass
+        blocks += 4096 * (1 + len(dirs))
+        if blocks > COPY_BYTES or files > COPY_FILES:
+            return None, files
+    return blocks, files
+
+
 class OwnView:
     """One sandbox's private filesystem under `root` (a host path only the harness can reach)."""
 
@@ -97,14 +122,24 @@ class OwnView:
         self.proc = root / "proc"
         self.empty = root / "empty"
         self.dev = root / "dev"
+        self.system_root: Path | None = None  # the system image's mount, when one is built
         self._overlays: dict[str, Path] = {}
+        self._copies = 0
 
     def build(self, etc_names: tuple[str, ...], identity: dict[str, str], limits: SandboxLimits) -> None:
         self.root.mkdir(mode=0o700, exist_ok=True)
         # Device nodes must work here, so no nodev; the directory above is root-only and the
         # student, without CAP_MKNOD, can make none of its own.
         tmpfs.mount_tmpfs(self.root, size=VIEW_BYTES, inodes=VIEW_INODES, uid=0, gid=0, mode=0o755, devices=True)
-        self.etc = self.overlay(str(etc_template(etc_names)), identity)
+        content = sysimage.system_content()
+        image, _ = sysimage.current(content)  # without one, the confinement grant says so
+        if image is not None and etc_names == content.etc_names:
+            self.system_root = self.root / "system"
+            self.system_root.mkdir(mode=0o755)
+            sysimage.mount(image, self.system_root)
+            self.etc = self.overlay(str(self.system_root / "etc"), identity)
+        else:
+            self.etc = self.overlay(str(etc_template(etc_names)), identity)
         self._write_proc(limits)
         self._make_devices()
         self.empty.mkdir(mode=0o555)
@@ -129,6 +164,33 @@ class OwnView:
 
     def devices(self) -> list[str]:
         return sorted(p.name for p in self.dev.iterdir())
+
+    def system(self, path: str) -> str:
+        """This sandbox's own copy of host directory `path` from the system image, or an overlay
+        of it when the image does not hold it."""
+        if self.system_root is not None:
+            inside = self.system_root / path.lstrip("/")
+            if inside.is_dir() and not inside.is_symlink():
+                return str(inside)
+        return self.overlay(path)
+
+    def private(self, source: str) -> str:
+        """This sandbox's own copy of read-only task data `source` (a file or directory) when it
+        is small; else an overlay of a directory, or the host's file itself."""
+        blocks, files = _copy_cost(source)
+        if blocks is None:
+            return self.overlay(source) if os.path.isdir(source) else source
+        base = self.root / "copy" / str(self._copies)
+        base.mkdir(mode=0o755, parents=True)
+        self._copies += 1
+        # tmpfs counts whole pages per file and per directory; the copy's pages are charged to the
+        # harness, which writes them, and are capped by this size.
+        tmpfs.mount_tmpfs(base, size=blocks + MiB, inodes=files + 16, uid=0, gid=0, mode=0o755)
+        target = base / "d"
+        res = subprocess.run([binaries()["cp"], "-a", "--", source, str(target)], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise SandboxError(f"cannot copy {source} into the sandbox: {res.stderr.strip()}")
+        return str(target)
 
     def overlay(self, lower: str, files: dict[str, str] | None = None) -> str:
         """A read-only view of host directory `lower` with this sandbox's own inodes; `files`

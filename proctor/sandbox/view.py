@@ -6,9 +6,10 @@ the capped writable places, a fresh /proc for the new PID namespace and a minima
 /home, /opt, /srv, /var, /run, /sys, /tmp of the host and the harness's own environment are
 simply never mounted.
 
-Nothing the student reads is a host inode either: /etc, the system directories, the runtime,
-/data and read-only task mounts come from the sandbox's own filesystem (ownfs), and /proc's
-host-global counters are masked (procmask)."""
+Nothing the student reads is a host inode either: the system directories, /etc and the default
+runtime come from the sandbox's own mount of the system image (sysimage), /data and read-only
+task directories from its own overlays or copies (ownfs), and /proc's host-global counters are
+masked (procmask)."""
 
 from __future__ import annotations
 
@@ -22,17 +23,7 @@ from . import procmask
 from .host import root_only
 from .models import SandboxSpec
 from .ownfs import OwnView
-
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
-# What programs need from /etc, and nothing that holds a secret (no shadow, no ssh keys, no
-# machine-id, no ld.so.preload that the host might use for its own instrumentation).
-ETC_ALLOWLIST = (
-    "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "debian_version",
-    "environment", "gai.conf", "host.conf", "inputrc", "issue", "ld.so.cache", "ld.so.conf",
-    "ld.so.conf.d", "locale.alias", "localtime", "magic", "mime.types", "nsswitch.conf",
-    "os-release", "profile", "protocols", "python3", "python3.11", "python3.12", "rpc", "services",
-    "ssl", "terminfo", "timezone", "matplotlibrc", "xdg",
-)
+from .sysimage import ETC_ALLOWLIST, SYSTEM_DIRS
 
 
 @dataclass(frozen=True)
@@ -64,7 +55,7 @@ def _system_dir_args(path: str, own: OwnView) -> list[str]:
         return []
     if stat.S_ISLNK(st.st_mode):  # merged-/usr hosts: /bin -> usr/bin
         return ["--symlink", os.readlink(path), path]
-    return ["--ro-bind", own.overlay(path), path]
+    return ["--ro-bind", own.system(path), path]
 
 
 def _existing_dir(path: str, what: str) -> str:
@@ -111,18 +102,18 @@ def bwrap_args(spec: SandboxSpec, own: OwnView, places: Places, runtime: str | N
         for parent in reversed(Path(runtime).parents):
             if str(parent) != "/":
                 args += ["--perms", "0755", "--dir", str(parent)]
-        args += ["--ro-bind", own.overlay(runtime), runtime]
+        args += ["--ro-bind", own.system(runtime), runtime]
     if spec.data_dir:
-        args += ["--ro-bind", own.overlay(_existing_dir(spec.data_dir, "data_dir")), "/data"]
+        args += ["--ro-bind", own.private(_existing_dir(spec.data_dir, "data_dir")), "/data"]
     for m in spec.mounts:
         if not os.path.exists(m.source):
             raise ConfigError(f"mount source {m.source!r} does not exist")
         if m.writable:
             args += ["--bind", m.source, m.target]  # shared on purpose: the task asked for it
         else:
-            # A read-only file stays a bind of the host's inode (docs/sandbox.md); a directory
-            # gets this sandbox's own inodes.
-            args += ["--ro-bind", own.overlay(m.source) if os.path.isdir(m.source) else m.source, m.target]
+            # Small data is copied; larger data gets an overlay (own inodes for locks and watches,
+            # the host's for mappings) or, for a file, stays a bind of the host's (docs/sandbox.md).
+            args += ["--ro-bind", own.private(m.source), m.target]
     for dev in spec.devices:
         try:
             mode = os.stat(dev.path).st_mode
