@@ -41,11 +41,13 @@ def check(
 
     if target == "confinement" and not Path(target).exists():
         _check_confinement(as_json)
+    from .redteam.attacks import environment_attacks
     from .tasks import check_environment
 
     env = _load(target)
     try:
         lines = check_environment(env)
+        environment_attacks(env)
     except ProctorError as exc:
         _fail(exc)
     if as_json:
@@ -57,10 +59,10 @@ def check(
 
 
 def _check_confinement(as_json: bool) -> None:
-    from .sandbox import DEFAULT_REQUIRED, probe
+    from .sandbox import DEFAULT_REQUIRED, machine_confinement
 
     try:
-        report = probe()
+        report = machine_confinement()
     except ProctorError as exc:
         _fail(exc)
     missing = [p.name for p in report.protections if p.status == "missing" and (p.name in DEFAULT_REQUIRED or p.name == "sandbox")]

@@ -27,7 +27,7 @@ from ..harness import RolloutConfig, run_rollout
 from ..errors import ConfigError
 from ..tasks.loading import Environment, resolved
 from ..tasks.models import Script, ScriptTurn, Task
-from .attacks import ATTACKS, applicable
+from .attacks import ATTACKS, applicable, environment_attacks
 
 
 class RedteamRow(BaseModel):
@@ -96,7 +96,8 @@ def run_redteam(
     if not 0.0 <= penalty <= 10.0:
         raise ConfigError(f"penalty {penalty:g} is outside 0..10 (a misbehaved rollout's reward is minus the penalty)")
     config = RolloutConfig(misbehaviour_penalty=penalty)
-    known = {a.id for a in [*ATTACKS, *env.attacks]}
+    own = environment_attacks(env)
+    known = {a.id for a in [*ATTACKS, *own]}
     for name in attacks or []:
         if name not in known:
             raise ConfigError(f"unknown attack {name!r}; known: {', '.join(sorted(known))}")
@@ -114,7 +115,7 @@ def run_redteam(
                 gate = []
             for name, family, agent, expected, want_max in gate:
                 jobs.append((task, instance, name, family, agent, expected, want_max))
-            for attack, script in applicable(task, env.attacks):
+            for attack, script in applicable(task, own):
                 if (attacks and attack.id not in attacks) or (families and attack.family not in families):
                     continue
                 jobs.append((task, instance, attack.id, attack.family, ScriptedAgent(script), attack.flagged, False))

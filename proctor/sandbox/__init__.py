@@ -1,7 +1,7 @@
 """proctor.sandbox: the kernel-enforced world of one student."""
 
-from .confinement import DEFAULT_REQUIRED, machine_confinement, probe
-from .core import Sandbox, StudentProcess
+from .confinement import DEFAULT_REQUIRED, probe
+from .core import Sandbox, StudentProcess, machine_confinement
 from .models import (
     ConfinementReport,
     Device,

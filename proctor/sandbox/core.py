@@ -18,6 +18,7 @@ import selectors
 import shutil
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ from ..errors import ConfinementError, SandboxError
 from . import keyrings, procfs, reclaim, syscall_filter, tmpfs
 from .capture import HeadTail
 from .cgroups import SandboxCgroup
+from .confinement import DEFAULT_REQUIRED, probe
 from .environment import student_env, student_path
 from .host import binaries, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
@@ -117,8 +119,6 @@ class Sandbox:
         """Build a sandbox. Fails with ConfinementError naming the protection if this machine
         cannot give one that is required (all default protections unless `require` says
         otherwise), unless `allow_degraded` is set, in which case the grant records the gap."""
-        from .confinement import DEFAULT_REQUIRED, machine_confinement
-
         require_host()
         become_subreaper()
         spec = spec or SandboxSpec()
@@ -543,3 +543,16 @@ def _wait4(proc: subprocess.Popen) -> tuple[int, os.struct_rusage]:  # type: ign
     _, status, rusage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return status, rusage
+
+
+_machine_report: ConfinementReport | None = None
+_machine_report_lock = threading.Lock()
+
+
+def machine_confinement() -> ConfinementReport:
+    """What this machine enforces, measured by one probe sandbox once per process."""
+    global _machine_report
+    with _machine_report_lock:
+        if _machine_report is None:
+            _machine_report = probe(Sandbox)
+        return _machine_report

@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .. import untrusted
-from ..errors import ConfigError
+from ..agents.script import Script, ScriptTurn  # noqa: F401 - ScriptTurn: task files import it from here
+from ..errors import ConfigError, describe_error
 from ..judges.base import Judge
 from ..sandbox.models import GiB, MiB, SandboxLimits
 from ..tools.registry import DEFAULT_TOOL_NAMES, TOOLS
@@ -54,57 +55,6 @@ class Limits(_Frozen):
             memory_bytes=self.memory_bytes, pids=self.pids, cpus=self.cpus,
             workdir_bytes=self.disk_bytes, workdir_inodes=self.inodes,
         )
-
-
-class ScriptTurn(_Frozen):
-    """One turn of a scripted agent: a tool call, or a text message (which ends the step)."""
-
-    tool: str | None = Field(None, description="Tool name.")
-    arguments: dict[str, Any] = Field(default_factory=dict, description="Tool arguments.")
-    text: str | None = Field(None, description="An assistant message without tool calls; ends the step.")
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> ScriptTurn:
-        if (self.tool is None) == (self.text is None):
-            raise ValueError('a turn is either {"tool": NAME, "arguments": {...}} or {"text": "..."}')
-        if self.text is not None and self.arguments:
-            raise ValueError("a text turn takes no arguments")
-        return self
-
-
-class Script(_Frozen):
-    """The scripted-agent file (`--agent script:PATH`): `{"name": str, "turns": [turn, ...]}`."""
-
-    name: str = Field(min_length=1, max_length=200)
-    turns: list[ScriptTurn] = Field(default_factory=list)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Script:
-        """Read a script file; any problem is a ConfigError naming the file and the field."""
-        path = Path(path)
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read the script file ({exc.strerror})") from None
-        if len(raw) > 16 * MiB:
-            raise ConfigError(f"{path}: script file is {len(raw)} bytes, above the 16 MiB limit")
-        try:
-            data = untrusted.loads(raw)  # a number of any size is the student's data
-        except (ValueError, RecursionError) as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise ConfigError(f"{path}: {describe_error(exc)}") from None
-
-
-def describe_error(exc: ValidationError) -> str:
-    """The first problem of a validation error, as `field.path: message`."""
-    parts = []
-    for err in exc.errors(include_url=False)[:3]:
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts)
 
 
 Hook = Callable[["StepHookContext"], None]
