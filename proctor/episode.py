@@ -395,7 +395,7 @@ class Episode:
         missing = missing_packages(task.packages)
         if missing:
             raise ConfigError(f"task {task.id!r} needs {', '.join(missing)} in the student runtime; add them to runtime-requirements.txt and run `make setup`")
-        spec = SandboxSpec(limits=task.limits.sandbox_limits(), data_dir=str(task.data) if task.data else None)
+        spec = SandboxSpec(limits=task.limits.sandbox, data_dir=str(task.data) if task.data else None)
         self.box = Sandbox.create(spec, require=task.requires, allow_degraded=self.config.allow_degraded)
         grant = self.box.confinement
         degraded = [p.name for p in grant.protections if p.status != "enforced"]

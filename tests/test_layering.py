@@ -153,6 +153,20 @@ def test_the_graph_sees_function_level_imports_and_exempts_type_checking_ones():
     assert "proctor.tasks.models" not in graph["proctor.agents.scripted"]  # a TYPE_CHECKING import
 
 
+def test_the_package_root_exports_only_the_day_one_api():
+    """An environment author's first import. A new name here is a decision: add it to this list on
+    purpose, or import it from its module (proctor.judges, proctor.sandbox, proctor.tools...)."""
+    import proctor
+
+    assert sorted(proctor.__all__) == sorted([
+        "Task", "Step", "Family", "Instance", "Limits", "SandboxLimits", "Script",
+        "Judge", "JudgeContext", "Verdict", "FunctionJudge", "ExactAnswer", "RubricJudge", "Criterion",
+        "Episode", "Action", "run_rollout", "RolloutResult", "load_environment",
+        "ConfigError", "ProctorError",
+    ])
+    assert all(hasattr(proctor, name) for name in proctor.__all__)
+
+
 if __name__ == "__main__":  # `python tests/test_layering.py`: the current violations, for a report
     g = import_graph()
     print("\n".join(upward_imports(g)) or "no upward imports")

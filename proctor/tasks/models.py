@@ -31,15 +31,17 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Limits(_Frozen):
-    """What one rollout may use. Memory, processes, CPU, disk and inodes are enforced by the kernel;
-    times and budgets by the harness, which interrupts a running tool call at the deadline."""
+# Task files written before Limits held a SandboxLimits name these; each must land in its new place,
+# never be dropped (a task that silently lost its memory cap would run with the 2 GiB default).
+_MOVED_TO_SANDBOX = {"memory_bytes": "memory_bytes", "pids": "pids", "cpus": "cpus", "disk_bytes": "workdir_bytes", "inodes": "workdir_inodes"}
 
-    memory_bytes: int = Field(2 * GiB, ge=16 * MiB, description="Memory of all student processes together, tmpfs included; no swap.")
-    pids: int = Field(256, ge=8, le=65536, description="Most student processes and threads at once.")
-    cpus: float = Field(1.0, gt=0.01, le=1024, description="CPU quota in cores.")
-    disk_bytes: int = Field(1 * GiB, ge=1 * MiB, description="Size of /workdir.")
-    inodes: int = Field(100_000, ge=64, description="Files and directories /workdir may hold.")
+
+class Limits(_Frozen):
+    """What one rollout may use. The sandbox's limits (memory, processes, CPU, disk, inodes) are
+    enforced by the kernel; times and budgets by the harness, which interrupts a running tool call
+    at the deadline."""
+
+    sandbox: SandboxLimits = Field(default_factory=SandboxLimits, description="Kernel-enforced limits of the student's sandbox: memory, pids, cpus, workdir/tmp/shm sizes and inodes.")
     command_timeout_s: float = Field(120.0, gt=0, description="Timeout of a bash call that does not ask for one.")
     max_command_timeout_s: float = Field(600.0, gt=0, description="Longest timeout a bash call may ask for.")
     step_time_s: float = Field(1800.0, gt=0, description="Wall time of one step's agent loop.")
@@ -50,11 +52,15 @@ class Limits(_Frozen):
     on_budget: Literal["judge", "zero"] = Field("judge", description="When a turn, token or cost budget ends a step: judge what is there, or score it 0.")
     announce_budget: bool = Field(False, description="Tell the agent after each turn's tool results how many turns, tokens, dollars and seconds are left.")
 
-    def sandbox_limits(self) -> SandboxLimits:
-        return SandboxLimits(
-            memory_bytes=self.memory_bytes, pids=self.pids, cpus=self.cpus,
-            workdir_bytes=self.disk_bytes, workdir_inodes=self.inodes,
-        )
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in _MOVED_TO_SANDBOX.items():
+                if old in data:
+                    # A ValueError, so the loader names the task file and line.
+                    raise ValueError(f"Limits.{old} moved to Limits.sandbox.{new}: write Limits(sandbox=SandboxLimits({new}=...))")
+        return data
 
 
 Hook = Callable[["StepHookContext"], None]
