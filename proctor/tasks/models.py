@@ -11,13 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .. import untrusted
 from ..agents.script import Script, ScriptTurn  # noqa: F401 - ScriptTurn: task files import it from here
-from ..errors import ConfigError, describe_error
 from ..judges.base import Judge
-from ..sandbox.models import GiB, MiB, SandboxLimits
+from ..sandbox.models import SandboxLimits
 from ..tools.registry import DEFAULT_TOOL_NAMES, TOOLS
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
