@@ -147,6 +147,16 @@ def test_a_limit_under_its_old_name_says_where_it_moved_instead_of_being_dropped
     assert f"Limits.{old} moved to Limits.sandbox.{new}" in error and "__init__.py:2" in error
 
 
+def test_an_attacks_entry_that_is_not_an_attack_fails_the_check_in_one_line(tmp_path):
+    env = write_env(tmp_path, """\
+        from proctor import ExactAnswer, Step, Task
+        TASKS = [Task(id="t", steps=[Step(instructions="x", judge=ExactAnswer(path="a", expected="1"))])]
+        ATTACKS = ["read the key"]
+    """)
+    error = one_line_error(cli("check", env))
+    assert "ATTACKS[0] is a str, not a proctor.redteam.Attack" in error and "__init__.py" in error
+
+
 def test_a_syntax_error_in_an_environment_is_one_line(tmp_path):
     error = one_line_error(cli("check", write_env(tmp_path, "TASKS = [\n")))
     assert "__init__.py" in error and "syntax error" in error
