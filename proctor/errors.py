@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # this file imports nothing at run time: the derivability attack copies it into a sandbox
+    from pydantic import ValidationError
 
 
 class ProctorError(Exception):
