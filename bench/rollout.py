@@ -38,7 +38,7 @@ def main() -> None:
     env = load_environment(str(EXAMPLE))
     task = env.tasks["q3-revenue"]
     command = task.oracle.turns[0].arguments["command"]
-    spec = SandboxSpec(limits=task.limits.sandbox_limits(), data_dir=str(task.data))
+    spec = SandboxSpec(limits=task.limits.sandbox, data_dir=str(task.data))
     bare, full = [], []
     with tempfile.TemporaryDirectory() as out:
         for i in range(rounds):

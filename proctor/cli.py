@@ -58,11 +58,13 @@ def check(
 
     if target == "confinement" and not Path(target).exists():
         _check_confinement(as_json, runtime.value)
+    from .redteam.attacks import environment_attacks
     from .tasks import check_environment
 
     env = _load(target)
     try:
         lines = check_environment(env)
+        environment_attacks(env)
     except ProctorError as exc:
         _fail(exc)
     if as_json:
@@ -74,11 +76,11 @@ def check(
 
 
 def _check_confinement(as_json: bool, runtime: str) -> None:
-    from .sandbox import DEFAULT_REQUIRED, get_backend, probe
+    from .sandbox import DEFAULT_REQUIRED, Sandbox, get_backend, probe
 
     try:
         # bwrap measures afresh (its cached report is for sandboxes); others measure their own way.
-        report = probe() if runtime == "bwrap" else get_backend(runtime).machine_confinement()  # type: ignore[arg-type]
+        report = probe(Sandbox) if runtime == "bwrap" else get_backend(runtime).machine_confinement()  # type: ignore[arg-type]
     except ProctorError as exc:
         _fail(exc)
     missing = [p.name for p in report.protections if p.status in ("missing", "absent") and (p.name in DEFAULT_REQUIRED or p.name == "sandbox")]

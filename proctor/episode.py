@@ -400,7 +400,7 @@ class Episode:
         missing = missing_packages(task.packages)
         if missing:
             raise ConfigError(f"task {task.id!r} needs {', '.join(missing)} in the student runtime; add them to runtime-requirements.txt and run `make setup`")
-        spec = SandboxSpec(limits=task.limits.sandbox_limits(), data_dir=str(task.data) if task.data else None)
+        spec = SandboxSpec(limits=task.limits.sandbox, data_dir=str(task.data) if task.data else None)
         runtime_ok = at_least(self.backend.name, task.requires_runtime)
         if not runtime_ok and not self.config.allow_degraded:
             raise ConfinementError(f"task {task.id!r} requires the {task.requires_runtime} sandbox runtime and this rollout runs under "

@@ -16,7 +16,7 @@ example --agent oracle --out runs/` runs the reference solution."""
 from pathlib import Path
 
 from proctor import ExactAnswer, Limits, Script, Step, Task
-from proctor.sandbox.models import MiB
+from proctor.sandbox.models import MiB, SandboxLimits
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,7 +32,8 @@ TASKS = [
                 judge=ExactAnswer(path="answer.txt", expected_file="expected.txt", kind="integer"),
             )
         ],
-        limits=Limits(memory_bytes=256 * MiB, pids=64, disk_bytes=16 * MiB, step_time_s=300, rollout_time_s=600),
+        limits=Limits(sandbox=SandboxLimits(memory_bytes=256 * MiB, pids=64, workdir_bytes=16 * MiB),
+                      step_time_s=300, rollout_time_s=600),
         data=HERE / "data",
         hidden=HERE / "hidden",
         oracle=Script.load(HERE / "oracle.json"),

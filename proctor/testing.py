@@ -40,10 +40,10 @@ def rollout(
 def assert_attack_contained(env: str | Path, task: str, attack: str, out_dir: str | Path) -> RolloutResult:
     """Run one red-team attack (the library's or the environment's own `ATTACKS`) against `task` and assert it scores 0 (no infra error) and, when
     the harness can detect it, is flagged. Returns the result for further checks."""
-    from .redteam import ATTACKS
+    from .redteam.attacks import ATTACKS, environment_attacks
 
     loaded = load_environment(str(env))
-    by_id = {a.id: a for a in [*ATTACKS, *loaded.attacks]}
+    by_id = {a.id: a for a in [*ATTACKS, *environment_attacks(loaded)]}
     if attack not in by_id:
         raise AssertionError(f"unknown attack {attack!r}; known: {', '.join(sorted(by_id))}")
     with resolved(loaded, task) as (built, instance):

@@ -130,11 +130,31 @@ def test_a_task_without_steps_names_the_file_line_and_field(tmp_path):
 
 def test_a_bad_field_value_is_named(tmp_path):
     env = write_env(tmp_path, """\
-        from proctor import ExactAnswer, Limits, Step, Task
-        TASKS = [Task(id="t", limits=Limits(memory_bytes=5), steps=[Step(instructions="x", judge=ExactAnswer(path="a", expected="1"))])]
+        from proctor import ExactAnswer, Limits, SandboxLimits, Step, Task
+        TASKS = [Task(id="t", limits=Limits(sandbox=SandboxLimits(memory_bytes=5)), steps=[Step(instructions="x", judge=ExactAnswer(path="a", expected="1"))])]
     """)
     error = one_line_error(cli("tasks", env))
     assert "memory_bytes" in error and "__init__.py:2" in error
+
+
+@pytest.mark.parametrize(("old", "new"), [("memory_bytes", "memory_bytes"), ("disk_bytes", "workdir_bytes"), ("inodes", "workdir_inodes")])
+def test_a_limit_under_its_old_name_says_where_it_moved_instead_of_being_dropped(tmp_path, old, new):
+    env = write_env(tmp_path, f"""\
+        from proctor import ExactAnswer, Limits, Step, Task
+        TASKS = [Task(id="t", limits=Limits({old}=1 << 30), steps=[Step(instructions="x", judge=ExactAnswer(path="a", expected="1"))])]
+    """)
+    error = one_line_error(cli("check", env))
+    assert f"Limits.{old} moved to Limits.sandbox.{new}" in error and "__init__.py:2" in error
+
+
+def test_an_attacks_entry_that_is_not_an_attack_fails_the_check_in_one_line(tmp_path):
+    env = write_env(tmp_path, """\
+        from proctor import ExactAnswer, Step, Task
+        TASKS = [Task(id="t", steps=[Step(instructions="x", judge=ExactAnswer(path="a", expected="1"))])]
+        ATTACKS = ["read the key"]
+    """)
+    error = one_line_error(cli("check", env))
+    assert "ATTACKS[0] is a str, not a proctor.redteam.Attack" in error and "__init__.py" in error
 
 
 def test_a_syntax_error_in_an_environment_is_one_line(tmp_path):

@@ -166,7 +166,7 @@ def test_converging_the_widest_allowed_model_costs_more_than_the_whole_budget_at
             width = json.loads((task.data / "instance.json").read_text())["max_width"]
             needed_steps = math.log(100) / (2 * teacher.LEARNING_RATE * width ** -teacher.draw_law(0).alpha)
             cost = needed_steps * _per_step(task, width)
-            budget = task.limits.cpus * task.limits.step_time_s
+            budget = task.limits.sandbox.cpus * task.limits.step_time_s
             assert cost > budget, (difficulty, cost, budget)
         finally:
             remove_workspace(workspace)

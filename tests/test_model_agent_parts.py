@@ -178,7 +178,7 @@ def test_pruning_off_by_default_and_with_strategy_none():
 def _rubric_verdict(server: FakeProvider, provider: str = "openai", **retry):
     from proctor.judges import JudgeContext, RubricJudge
     from proctor.judges.base import evaluate
-    from proctor.judges.provider_model import ProviderJudgeModel
+    from proctor.agents.judge_model import ProviderJudgeModel
 
     url = server.anthropic_url if provider == "anthropic" else server.openai_url
     model = ProviderJudgeModel(ModelConfig(provider=provider, model="judge", base_url=url, retry={"base_delay_s": 0.01, **retry}))

@@ -115,7 +115,7 @@ def test_a_protection_the_machine_lacks_refuses_the_sandbox_unless_opted_out(mon
         p if p.name != "memory_limit" else Protection(name="memory_limit", status="missing", mechanism="none", detail="no memory controller")
         for p in confinement.protections
     )})
-    monkeypatch.setattr(confinement_module(), "machine_confinement", lambda: weakened)
+    monkeypatch.setattr(sandbox_core_module(), "machine_confinement", lambda: weakened)
     with pytest.raises(ConfinementError, match="memory_limit"):
         Sandbox.create()
     with Sandbox.create(allow_degraded=True) as box:
@@ -123,8 +123,8 @@ def test_a_protection_the_machine_lacks_refuses_the_sandbox_unless_opted_out(mon
         assert box.confinement.get("memory_limit").status == "missing"
 
 
-def confinement_module():
-    import proctor.sandbox.confinement as module
+def sandbox_core_module():
+    import proctor.sandbox.core as module
 
     return module
 

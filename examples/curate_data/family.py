@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from proctor import Limits, Script, Step, Task
-from proctor.sandbox.models import MiB
+from proctor.sandbox.models import MiB, SandboxLimits
 from proctor.tasks.models import ScriptTurn
 from proctor.tasks.salts import salted_rng
 
@@ -105,7 +105,7 @@ def make(seed: int, difficulty: int, params: dict[str, Any], workspace: Path) ->
         description="Select a budget of training items from a noisy pool; scored by a fixed model on a hidden test set.",
         steps=[Step(instructions=instructions, submit=("selection.json",),
                     judge=CurationJudge(pool_size=info["pool_size"], n_classes=N_CLASSES, budget=budget, timeout_s=60))],
-        limits=Limits(memory_bytes=768 * MiB, pids=64, cpus=1.0, disk_bytes=64 * MiB, inodes=4096,
+        limits=Limits(sandbox=SandboxLimits(memory_bytes=768 * MiB, pids=64, cpus=1.0, workdir_bytes=64 * MiB, workdir_inodes=4096),
                       command_timeout_s=120, step_time_s=1200, rollout_time_s=1500, max_turns=80),
         data=data, hidden=hidden, oracle=oracle_script(),
         params={"budget": budget, "pool_size": info["pool_size"]},

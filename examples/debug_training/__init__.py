@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from proctor import Family, Limits, Script, Step, Task
-from proctor.sandbox.models import MiB
+from proctor.sandbox.models import MiB, SandboxLimits
 from proctor.tasks.models import ScriptTurn
 
 from . import problem, script
@@ -81,7 +81,7 @@ def make_instance(seed: int, difficulty: int, params: dict[str, Any], workspace:
         id=f"debug-training-{seed}-{difficulty}",
         description=f"Fix {len(bugs)} planted bug(s) in a numpy MLP training script; graded by retraining on hidden data.",
         steps=[Step(instructions=INSTRUCTIONS, submit=("train.py",), judge=judge)],
-        limits=Limits(memory_bytes=1024 * MiB, pids=256, cpus=1.0, disk_bytes=64 * MiB, inodes=4096,
+        limits=Limits(sandbox=SandboxLimits(memory_bytes=1024 * MiB, pids=256, cpus=1.0, workdir_bytes=64 * MiB, workdir_inodes=4096),
                       command_timeout_s=120, step_time_s=1800, rollout_time_s=1800, max_turns=100),
         data=data,
         workdir_files=workdir,

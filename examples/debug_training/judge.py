@@ -42,9 +42,10 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from proctor import Judge, JudgeContext, SandboxLimits, SandboxSpec, Verdict
+from proctor import Judge, JudgeContext, SandboxLimits, Verdict
 from proctor.custody import CustodyLimits, MisbehaviourEvent, take_custody
 from proctor.judges import grading_watch
+from proctor.sandbox import Sandbox, SandboxSpec
 from proctor.sandbox.models import MiB
 
 from . import problem, script

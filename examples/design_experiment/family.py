@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from proctor import FunctionJudge, Limits, Script, Step, Task
-from proctor.sandbox.models import MiB
+from proctor.sandbox.models import MiB, SandboxLimits
 from proctor.tasks.models import ScriptTurn
 
 from . import judge, oracle_experiment, teacher, train_tool, truth
@@ -61,7 +61,7 @@ class TrainInputs(BaseModel):
 
 
 def limits(level: Difficulty) -> Limits:
-    return Limits(memory_bytes=512 * MiB, pids=64, cpus=CPUS, disk_bytes=64 * MiB, inodes=2048,
+    return Limits(sandbox=SandboxLimits(memory_bytes=512 * MiB, pids=64, cpus=CPUS, workdir_bytes=64 * MiB, workdir_inodes=2048),
                   command_timeout_s=COMMAND_TIMEOUT_S, max_command_timeout_s=MAX_COMMAND_TIMEOUT_S,
                   step_time_s=level.step_time_s, rollout_time_s=level.step_time_s + 30, max_turns=60)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from proctor import Criterion, Limits, RubricJudge, Script, Step, Task
 from proctor.judges.local_model import IsolatedJudgeModel
-from proctor.sandbox.models import MiB
+from proctor.sandbox.models import MiB, SandboxLimits
 
 from .judge_model import MAX_WORDS, standin
 
@@ -54,7 +54,7 @@ TASKS = [
                                   model=IsolatedJudgeModel(standin())),
             )
         ],
-        limits=Limits(memory_bytes=512 * MiB, pids=64, cpus=1.0, disk_bytes=64 * MiB, inodes=4096,
+        limits=Limits(sandbox=SandboxLimits(memory_bytes=512 * MiB, pids=64, cpus=1.0, workdir_bytes=64 * MiB, workdir_inodes=4096),
                       command_timeout_s=30, step_time_s=300, rollout_time_s=600, max_turns=40),
         data=HERE / "data",
         hidden=HERE / "hidden",

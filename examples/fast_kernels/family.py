@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from proctor import Family, Limits, Script, Step, Task
-from proctor.sandbox.models import GiB, MiB
+from proctor.sandbox.models import GiB, MiB, SandboxLimits
 from proctor.tasks.models import ScriptTurn
 
 from .evidence import ATOL, RTOL
@@ -88,7 +88,8 @@ def make(seed: int, difficulty: int, params: dict[str, Any], workspace: Path) ->
         id=f"fast-kernel-{spec.name.replace('_', '-')}-{seed}-{difficulty}",
         description=f"Speed up {spec.signature} (difficulty {difficulty}, target {level.target_speedup:g}x) without changing its output.",
         steps=[Step(instructions=instructions, submit=(SUBMISSION,), judge=judge)],
-        limits=Limits(memory_bytes=1 * GiB, pids=64, cpus=1.0, disk_bytes=64 * MiB, inodes=2000, command_timeout_s=60,
+        limits=Limits(sandbox=SandboxLimits(memory_bytes=1 * GiB, pids=64, cpus=1.0, workdir_bytes=64 * MiB, workdir_inodes=2000),
+                      command_timeout_s=60,
                       max_command_timeout_s=120, step_time_s=900, rollout_time_s=1200, max_turns=80),
         workdir_files=workdir,
         oracle=oracle,

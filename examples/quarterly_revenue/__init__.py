@@ -8,7 +8,7 @@ hidden data, which only the judge sees."""
 from pathlib import Path
 
 from proctor import ExactAnswer, Limits, Script, Step, Task
-from proctor.sandbox.models import MiB
+from proctor.sandbox.models import MiB, SandboxLimits
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,7 +29,7 @@ TASKS = [
                 judge=ExactAnswer(path="answer.txt", expected_file="expected.txt", kind="integer", timeout_s=10),
             )
         ],
-        limits=Limits(memory_bytes=512 * MiB, pids=64, cpus=1.0, disk_bytes=64 * MiB, inodes=4096,
+        limits=Limits(sandbox=SandboxLimits(memory_bytes=512 * MiB, pids=64, cpus=1.0, workdir_bytes=64 * MiB, workdir_inodes=4096),
                       command_timeout_s=30, step_time_s=300, rollout_time_s=600, max_turns=40),
         data=HERE / "data",
         hidden=HERE / "hidden",

@@ -26,8 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import ConfigError
-from ..tasks.models import describe_error
+from ..errors import ConfigError, describe_error
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Header names that carry credentials: they must come from api_key_env, not from a file.

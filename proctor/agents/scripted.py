@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from ..tasks.models import Script, Task
 from ..tools.base import ToolCall
 from .base import Agent, AgentTurn, Observation
 from .model_config import ModelConfig
+from .script import Script
+
+if TYPE_CHECKING:  # make_agent reads only task.id and task.oracle; tasks sit above agents
+    from ..tasks.models import Task
 
 
 class ScriptedAgent(Agent):

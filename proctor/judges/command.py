@@ -52,19 +52,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
 
+from ..pump import pump
+from ..sandbox.capture import HeadTail
 from .answers import Unreadable, read_submission_file
 from .base import Judge, JudgeContext, Verdict
 
@@ -91,96 +92,24 @@ def interpreter() -> str:
 
 
 @dataclass
-class _Capture:
-    """The first and last `limit // 2` bytes of a stream, and how many bytes it had."""
-
-    limit: int
-    head: bytearray = field(default_factory=bytearray)
-    tail: bytearray = field(default_factory=bytearray)
-    total: int = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        half = max(1, self.limit // 2)
-        room = half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk[-half:]
-            if len(self.tail) > half:
-                del self.tail[: len(self.tail) - half]
-
-    def text(self) -> str:
-        gap = self.total - len(self.head) - len(self.tail)
-        middle = f"\n[... {gap} bytes dropped ...]\n".encode() if gap else b""
-        return bytes(self.head + middle + self.tail).decode("utf-8", "replace")
-
-
-@dataclass
 class _Run:
     returncode: int | None
     timed_out: bool
     wall_s: float
-    stdout: _Capture
-    stderr: _Capture
-
-
-def _exited(pid: int) -> bool:
-    """Whether `pid` has exited, without reaping it (the zombie keeps its group id ours)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
+    stdout: HeadTail
+    stderr: HeadTail
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: str, budget: float, limit: int) -> _Run:
     start = time.monotonic()
     deadline = start + budget
-    out, err = _Capture(limit), _Capture(limit)
+    half = max(1, limit // 2)
+    out, err = HeadTail(half, half), HeadTail(half, half)
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
-    timed_out = False
-    pidfd = -1
     try:
-        sel = selectors.DefaultSelector()
-        for pipe, capture in ((proc.stdout, out), (proc.stderr, err)):
-            assert pipe is not None
-            os.set_blocking(pipe.fileno(), False)
-            sel.register(pipe.fileno(), selectors.EVENT_READ, capture)
-        try:
-            pidfd = os.pidfd_open(proc.pid)
-            sel.register(pidfd, selectors.EVENT_READ, None)
-        except (AttributeError, OSError):
-            pidfd = -1  # no pidfd: fall back to polling below
-        exited_at: float | None = None
-        while True:
-            now = time.monotonic()
-            if exited_at is None and _exited(proc.pid):
-                exited_at = now
-            streams = [k for k in sel.get_map().values() if k.data is not None]
-            # A grandchild may hold the pipes open after the script exits: drain briefly, then stop.
-            if exited_at is not None and (not streams or now - exited_at > 0.2):
-                break
-            if now >= deadline:
-                timed_out = True
-                break
-            wait = deadline - now
-            if pidfd < 0 or exited_at is not None:
-                wait = min(wait, 0.05)
-            for key, _ in sel.select(wait):
-                if key.data is None:  # pidfd readable: the script exited
-                    sel.unregister(key.fd)
-                    continue
-                try:
-                    chunk = os.read(key.fd, 64 * KiB)
-                except BlockingIOError:
-                    continue
-                if chunk:
-                    key.data.add(chunk)
-                else:
-                    sel.unregister(key.fd)
-        sel.close()
+        # A grandchild may hold the pipes open after the script exits: drain 0.2 s more, then stop.
+        timed_out = pump(proc, out.write, err.write, deadline=deadline, grace_s=0.2)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -190,11 +119,6 @@ def _run(argv: list[str], env: dict[str, str], cwd: str, budget: float, limit: i
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:  # SIGKILLed yet alive: stuck in the kernel; leave it
             pass
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        if pidfd >= 0:
-            os.close(pidfd)
     return _Run(None if timed_out else proc.returncode, timed_out, time.monotonic() - start, out, err)
 
 
@@ -267,8 +191,14 @@ def parse_score_file(raw: bytes) -> dict[str, Any] | str:
     return {"score": float(score), "explanation": explanation, "metadata": metadata}
 
 
-def _tail(capture: _Capture) -> str:
-    text = capture.text().strip()
+def _text(capture: HeadTail) -> str:
+    head, tail = capture.parts()
+    middle = f"\n[... {capture.dropped} bytes dropped ...]\n".encode() if capture.dropped else b""
+    return (head + middle + tail).decode("utf-8", "replace")
+
+
+def _tail(capture: HeadTail) -> str:
+    text = _text(capture).strip()
     text = text[-_TAIL_CHARS:] if len(text) > _TAIL_CHARS else text
     return text or "(no stderr)"
 

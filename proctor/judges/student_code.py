@@ -133,7 +133,8 @@ class _TailSink:
 
 
 def _drain(fd: int, sink: _TailSink) -> None:
-    """Read a pipe until EOF so the writer never blocks on it; keep only the sink's tail."""
+    """Read a pipe until EOF so the writer never blocks on it; keep only the sink's tail. A thread
+    for the server's whole life, not proctor.pump: no deadline applies, EOF comes when its tree dies."""
     try:
         while chunk := os.read(fd, _READ_CHUNK):
             sink.write(chunk)
@@ -432,6 +433,8 @@ class StudentRunner:
         return StudentCall(wall_s=wall, cpu_s=max(cpu, 0.0), **outcome)
 
     # -- the channel -------------------------------------------------------------------------------
+    # Not proctor.pump: the server outlives each call, so a call ends at a reply line (or the
+    # server's death), and its stdin carries one request at a time rather than a whole input.
     def _write(self, server: _Server, data: bytes, end: float) -> None:
         view = memoryview(data)
         sel = selectors.DefaultSelector()

@@ -152,7 +152,7 @@ class TestSuiteJudge(Judge):
 
     # -- running -----------------------------------------------------------------------------------
     def _run(self, ctx: JudgeContext, tests: list[tuple[str, Callable[..., Any]]]) -> tuple[list[tuple[str, str, str]], int]:
-        limits = ctx.limits.sandbox_limits() if ctx.limits is not None and hasattr(ctx.limits, "sandbox_limits") else None
+        limits = getattr(ctx.limits, "sandbox", None)  # the task's SandboxLimits, when the judge runs inside a task
         # Leave time to kill the server and tear the sandbox down inside the judge's bound.
         margin = min(2.0, 0.1 * ctx.time_left())
         end = ctx.deadline - margin

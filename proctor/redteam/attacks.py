@@ -13,6 +13,8 @@ attacks_resources, attacks_escape, attacks_network and attacks_judge (manipulati
 
 from __future__ import annotations
 
+from ..errors import ConfigError
+from ..tasks.loading import Environment
 from ..tasks.models import Script, Task
 from . import attacks_escape, attacks_judge, attacks_key, attacks_network, attacks_resources, attacks_submission, attacks_tamper
 from .base import Attack, Maker
@@ -27,7 +29,20 @@ ATTACKS: list[Attack] = [
     *attacks_judge.ATTACKS,
 ]
 
-__all__ = ["ATTACKS", "Attack", "Maker", "applicable"]
+__all__ = ["ATTACKS", "Attack", "Maker", "applicable", "environment_attacks"]
+
+
+def environment_attacks(env: Environment) -> list[Attack]:
+    """An environment's own `ATTACKS`, each checked to be an Attack whose id no other attack uses."""
+    origin = getattr(env.module, "__file__", None) or env.name
+    taken = {a.id for a in ATTACKS}
+    for i, item in enumerate(env.attacks):
+        if not isinstance(item, Attack):
+            raise ConfigError(f"{origin}: ATTACKS[{i}] is a {type(item).__name__}, not a proctor.redteam.Attack")
+        if item.id in taken:
+            raise ConfigError(f"{origin}: ATTACKS[{i}]: attack id {item.id!r} is used twice (or shadows a library attack)")
+        taken.add(item.id)
+    return list(env.attacks)
 
 
 def applicable(task: Task, extra: list[Attack] = ()) -> list[tuple[Attack, Script]]:

@@ -31,11 +31,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..agents.model_config import ModelConfig, read_config_table
-from ..errors import ConfigError
+from ..errors import ConfigError, describe_error
 from ..judges.base import JudgeContext, Verdict, evaluate
 from ..judges.local_model import IsolatedJudgeModel
 from ..judges.rubric import JudgeModel, RubricJudge
-from ..tasks.models import describe_error
 from .base import task_judges
 from .judge_corpus import CorpusItem, corpus
 
@@ -127,7 +126,7 @@ def _local_model(spec: str, base: Path) -> JudgeModel:
 
 def build_judge(config: JudgeEvalConfig, base: Path) -> RubricJudge:
     """The RubricJudge to measure: the task's, with the config's model and settings, grading the final answer."""
-    from ..judges.provider_model import ProviderJudgeModel
+    from ..agents.judge_model import ProviderJudgeModel
     from ..tasks import load_environment
 
     candidate = base / config.env

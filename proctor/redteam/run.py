@@ -30,7 +30,7 @@ from ..results import write_atomically
 from ..sandbox import RUNTIMES, get_backend
 from ..tasks.loading import Environment, resolved
 from ..tasks.models import Script, ScriptTurn, Task
-from .attacks import ATTACKS, applicable
+from .attacks import ATTACKS, applicable, environment_attacks
 
 
 class RedteamRow(BaseModel):
@@ -108,7 +108,8 @@ def run_redteam(
         raise ConfigError(f"unknown sandbox runtime {runtime!r}: choose one of {', '.join(RUNTIMES)}")
     get_backend(runtime)  # a runtime this install lacks fails here, in one line, not once per rollout
     config = RolloutConfig(misbehaviour_penalty=penalty, runtime=runtime)
-    known = {a.id for a in [*ATTACKS, *env.attacks]}
+    own = environment_attacks(env)
+    known = {a.id for a in [*ATTACKS, *own]}
     for name in attacks or []:
         if name not in known:
             raise ConfigError(f"unknown attack {name!r}; known: {', '.join(sorted(known))}")
@@ -126,7 +127,7 @@ def run_redteam(
                 gate = []
             for name, family, agent, expected, want_max in gate:
                 jobs.append((task, instance, name, family, agent, expected, want_max))
-            for attack, script in applicable(task, env.attacks):
+            for attack, script in applicable(task, own):
                 if (attacks and attack.id not in attacks) or (families and attack.family not in families):
                     continue
                 jobs.append((task, instance, attack.id, attack.family, ScriptedAgent(script), attack.flagged, False))

@@ -11,8 +11,8 @@ from .backend import (
     at_least,
     get_backend,
 )
-from .confinement import DEFAULT_REQUIRED, machine_confinement, probe
-from .core import BwrapBackend, Sandbox
+from .confinement import DEFAULT_REQUIRED, probe
+from .core import BwrapBackend, Sandbox, machine_confinement
 from .models import (
     ConfinementReport,
     Device,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import errno
 import os
 import platform
-import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ConfinementError, ProctorError, SandboxUnavailable
 from . import syscall_filter, sysimage
@@ -18,6 +18,9 @@ from .host import binaries, require_host
 from .models import MiB, ConfinementReport, Protection, SandboxLimits, SandboxSpec
 from .ownfs import VIEW_INODES
 from .network import loopback_escapes
+
+if TYPE_CHECKING:
+    from .core import Sandbox
 
 DEFAULT_REQUIRED = (
     "uid_isolation", "no_new_privs", "mount_namespace", "pid_namespace", "network_namespace",
@@ -66,8 +69,6 @@ _ADD_KEY = (
     "print(f'key-{r}' if r >= 0 else f'refused-{ctypes.get_errno()}')"
 )
 
-_cached: ConfinementReport | None = None
-_lock = threading.Lock()
 
 
 def _p(name: str, ok: bool, mechanism: str, detail: str = "") -> Protection:
@@ -85,19 +86,20 @@ def _swap_total() -> int:
     return 0
 
 
-def probe() -> ConfinementReport:
-    """Build a probe sandbox and report, protection by protection, what the kernel enforced."""
+def probe(sandbox_class: type[Sandbox]) -> ConfinementReport:
+    """Build a probe sandbox and report, protection by protection, what the kernel enforced.
+
+    The class comes from the caller (core.machine_confinement): Sandbox.create needs this report, so
+    importing core from here would close an import circle."""
     require_host()
     try:
         binaries()
         lay = layout()
     except SandboxUnavailable as exc:
         return ConfinementReport(protections=(Protection(name="sandbox", status="missing", mechanism="bubblewrap + cgroups", detail=str(exc)),))
-    from .core import Sandbox
-
     marker = Path(f"/run/proctor-probe-{os.getpid()}")
     marker.write_text("host only")
-    box = Sandbox(SandboxSpec(limits=PROBE_LIMITS), ConfinementReport(protections=()), degraded_ok=True)
+    box = sandbox_class(SandboxSpec(limits=PROBE_LIMITS), ConfinementReport(protections=()), degraded_ok=True)
     try:
         box._build()
         res = box.run(["/bin/sh", "-c", _PROBE, "probe", str(marker), _ADD_KEY, box.runtime or "/usr"], timeout=20)
@@ -208,11 +210,3 @@ def _private_system_inodes(seen: dict[str, str], image: Path | None, why: str) -
                           detail=f"{why}; until then the page cache, futex and pagemap channels of shared_host_resources stay open")
     return _p("private_system_inodes", False, mechanism, why or f"/usr and the runtime are on {seen.get('system_fs')}, not the image")
 
-
-def machine_confinement() -> ConfinementReport:
-    """The probe's result, computed once per process."""
-    global _cached
-    with _lock:
-        if _cached is None:
-            _cached = probe()
-        return _cached

@@ -14,18 +14,19 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import selectors
-import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError
+from ..pump import pump, read_until_eof
 from . import keyrings, procfs, reclaim, syscall_filter, tmpfs
 from .capture import HeadTail
 from .copyin import copy_tree_in
 from .cgroups import SandboxCgroup
+from .confinement import DEFAULT_REQUIRED, grant, probe
 from .environment import student_env, student_path
 from .host import binaries, require_host, state_dir
 from .backend import ProcessInfo, RuntimeName, SandboxUsage
@@ -131,8 +132,6 @@ class Sandbox:
         """Build a sandbox. Fails with ConfinementError naming the protection if this machine
         cannot give one that is required (all default protections unless `require` says
         otherwise), unless `allow_degraded` is set, in which case the grant records the gap."""
-        from .confinement import DEFAULT_REQUIRED, grant, machine_confinement
-
         require_host()
         become_subreaper()
         spec = spec or SandboxSpec()
@@ -199,8 +198,8 @@ class Sandbox:
         os.close(info_w)
         try:
             self._check_entered(proc)
-            ready = _read_all(proc.stdout.fileno(), timeout_s=10.0, limit=6)  # type: ignore[union-attr]
-            info = _read_all(info_r, timeout_s=1.0)
+            ready = read_until_eof(proc.stdout.fileno(), timeout_s=10.0, limit=6)  # type: ignore[union-attr]
+            info = read_until_eof(info_r, timeout_s=1.0)
             self._anchor_pid = int(json.loads(info)["child-pid"])
             if ready != b"ready\n":
                 raise ValueError("anchor not ready")
@@ -286,7 +285,7 @@ class Sandbox:
         )
         self._check_entered(proc)
         out, err = HeadTail(output_cap // 2, output_cap - output_cap // 2), HeadTail(output_cap // 2, output_cap - output_cap // 2)
-        timed_out = _pump(proc, input, out, err, deadline=start + timeout)
+        timed_out = pump(proc, out.write, err.write, deadline=start + timeout, input=input, grace_s=_DRAIN_GRACE_S)
         if timed_out:
             self._kill_group(group)
         status, rusage = _wait4(proc)
@@ -308,9 +307,9 @@ class Sandbox:
     def _check_entered(self, proc: subprocess.Popen) -> None:
         """Consume the enter script's "ok" from stderr; without it nothing of the student ran."""
         assert proc.stderr is not None
-        got = _read_all(proc.stderr.fileno(), timeout_s=10.0, limit=3)
+        got = read_until_eof(proc.stderr.fileno(), timeout_s=10.0, limit=3)
         if got != b"ok\n":
-            rest = got + (_read_all(proc.stderr.fileno(), timeout_s=1.0, limit=4096) if proc.poll() is not None else b"")
+            rest = got + (read_until_eof(proc.stderr.fileno(), timeout_s=1.0, limit=4096) if proc.poll() is not None else b"")
             proc.kill()
             proc.wait()
             self._children.remove(proc)
@@ -438,8 +437,6 @@ class BwrapBackend:
     name: RuntimeName = "bwrap"
 
     def machine_confinement(self) -> ConfinementReport:
-        from .confinement import machine_confinement
-
         return machine_confinement()
 
     def create(self, spec: SandboxSpec | None = None, *, require: Iterable[str] | None = None, allow_degraded: bool = False) -> Sandbox:
@@ -462,89 +459,20 @@ def _process_infos(pids: list[int], sandbox_pids: Iterable[int]) -> list[Process
     return found
 
 
-def _read_all(fd: int, *, timeout_s: float, limit: int = 65536) -> bytes:
-    """Read until EOF (or `limit` bytes), waiting at most `timeout_s`."""
-    sel = selectors.DefaultSelector()
-    sel.register(fd, selectors.EVENT_READ)
-    data = b""
-    end = time.monotonic() + timeout_s
-    try:
-        while len(data) < limit:
-            left = end - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                break
-            chunk = os.read(fd, limit - len(data))
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        sel.close()
-    return data
-
-
-def _pump(proc: subprocess.Popen, input: bytes | None, out: HeadTail, err: HeadTail, *, deadline: float) -> bool:
-    """Feed stdin and drain stdout/stderr until the command exits; True if the deadline passed.
-    Background processes may hold the pipes open after the command exits: drain briefly, then stop."""
-    sel = selectors.DefaultSelector()
-    assert proc.stdout and proc.stderr
-    for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
-        os.set_blocking(stream.fileno(), False)
-        sel.register(stream.fileno(), selectors.EVENT_READ, sink)
-    pidfd = os.pidfd_open(proc.pid)
-    sel.register(pidfd, selectors.EVENT_READ, None)
-    pending = memoryview(input or b"")
-    if proc.stdin:
-        os.set_blocking(proc.stdin.fileno(), False)
-        if pending:
-            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "stdin")
-        else:
-            proc.stdin.close()
-    exited_at: float | None = None
-    streams_open = 2
-    timed_out = False
-    try:
-        while True:
-            now = time.monotonic()
-            if exited_at is None and now >= deadline:
-                timed_out = True
-                break
-            if exited_at is not None and (streams_open == 0 or now - exited_at > _DRAIN_GRACE_S):
-                break
-            wait = deadline - now if exited_at is None else exited_at + _DRAIN_GRACE_S - now
-            for key, _ in sel.select(max(wait, 0)):
-                if key.data is None:
-                    sel.unregister(pidfd)
-                    exited_at = time.monotonic()
-                elif key.data == "stdin":
-                    try:
-                        pending = pending[os.write(key.fd, pending[:65536]) :]
-                    except BlockingIOError:
-                        continue
-                    except BrokenPipeError:
-                        pending = pending[:0]
-                    if not pending:
-                        sel.unregister(key.fd)
-                        proc.stdin.close()  # type: ignore[union-attr]
-                else:
-                    try:
-                        chunk = os.read(key.fd, 65536)
-                    except BlockingIOError:
-                        continue
-                    if chunk:
-                        key.data.write(chunk)
-                    else:
-                        sel.unregister(key.fd)
-                        streams_open -= 1
-    finally:
-        sel.close()
-        os.close(pidfd)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream and not stream.closed:
-                stream.close()
-    return timed_out
-
-
 def _wait4(proc: subprocess.Popen) -> tuple[int, os.struct_rusage]:  # type: ignore[name-defined]
     _, status, rusage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return status, rusage
+
+
+_machine_report: ConfinementReport | None = None
+_machine_report_lock = threading.Lock()
+
+
+def machine_confinement() -> ConfinementReport:
+    """What this machine enforces, measured by one probe sandbox once per process."""
+    global _machine_report
+    with _machine_report_lock:
+        if _machine_report is None:
+            _machine_report = probe(Sandbox)
+        return _machine_report

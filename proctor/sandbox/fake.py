@@ -38,7 +38,8 @@ from .backend import ProcessInfo, RuntimeName, SandboxUsage
 from .capture import HeadTail
 from .copyin import copy_tree_in
 from .confinement import DEFAULT_REQUIRED
-from .core import DEFAULT_OUTPUT_CAP, _pump, _wait4
+from ..pump import pump
+from .core import _DRAIN_GRACE_S, DEFAULT_OUTPUT_CAP, _wait4
 from .environment import student_env
 from .reaper import become_subreaper, kill_members
 from .models import ConfinementReport, ExecResult, KillReport, Protection, ResourceUsage, SandboxSpec
@@ -252,7 +253,8 @@ class FakeSandbox:
         _STARTED.add(proc.pid)
         half = output_cap // 2
         out, err = HeadTail(half, output_cap - half), HeadTail(half, output_cap - half)
-        timed_out = _pump(proc, into.all(input) if input is not None else None, out, err, deadline=start + timeout)
+        timed_out = pump(proc, out.write, err.write, deadline=start + timeout,
+                         input=into.all(input) if input is not None else None, grace_s=_DRAIN_GRACE_S)
         if timed_out:
             _kill_marked(group, 5.0)
         status, rusage = _wait4(proc)

@@ -40,7 +40,8 @@ from . import keyrings, procfs, reclaim, tmpfs
 from .backend import ProcessInfo, SandboxUsage
 from .capture import HeadTail
 from .cgroups import SandboxCgroup
-from .core import DEFAULT_OUTPUT_CAP, _pump
+from ..pump import pump
+from .core import _DRAIN_GRACE_S, DEFAULT_OUTPUT_CAP
 from .environment import student_env, student_path
 from .host import _trusted_binary, require_host, state_dir
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
@@ -381,7 +382,7 @@ class GvisorSandbox:
         proc, inner = self._start(argv, cwd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL)
         half = output_cap // 2
         out, err = HeadTail(half, output_cap - half), HeadTail(half, output_cap - half)
-        timed_out = _pump(proc, input, out, err, deadline=start + timeout)
+        timed_out = pump(proc, out.write, err.write, deadline=start + timeout, input=input, grace_s=_DRAIN_GRACE_S)
         if timed_out:
             self._kill_tree(inner, orphans=True)
         try:

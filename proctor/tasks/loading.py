@@ -26,11 +26,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import ConfigError
+from ..errors import ConfigError, describe_error
 from ..sandbox.host import state_dir
 from . import salts
 from .packages import missing_packages
-from .models import Family, Instance, Task, describe_error
+from .models import Family, Instance, Task
 
 
 @dataclass
@@ -41,7 +41,8 @@ class Environment:
     tasks: dict[str, Task] = field(default_factory=dict)
     families: dict[str, Family] = field(default_factory=dict)
     attacks: list = field(default_factory=list)
-    """The environment's own red-team attacks (`ATTACKS`, proctor.redteam.Attack objects), run with the library's."""
+    """The environment's own red-team attacks (`ATTACKS`) as declared; proctor.redteam.environment_attacks
+    checks each is a proctor.redteam.Attack with an id of its own before they run with the library's."""
 
 
 def _where(exc: BaseException, roots: list[Path]) -> str:
@@ -128,26 +129,13 @@ def load_environment(env: str) -> Environment:
             if item.id in loaded.tasks or item.id in loaded.families:
                 raise ConfigError(f"{origin}: {attr}[{i}]: id {item.id!r} is used twice")
             store[item.id] = item
-    _load_attacks(module, origin, loaded)
+    attacks = getattr(module, "ATTACKS", ())
+    if not isinstance(attacks, (list, tuple)):
+        raise ConfigError(f"{origin}: ATTACKS must be a list, got {type(attacks).__name__}")
+    # Checked item by item by proctor.redteam.environment_attacks: the Attack type belongs to the red
+    # team, which sits above tasks (it runs the harness), so loading only keeps the list.
+    loaded.attacks = list(attacks)
     return loaded
-
-
-def _load_attacks(module: ModuleType, origin: str, loaded: Environment) -> None:
-    from ..redteam.attacks import ATTACKS, Attack  # the red team imports the harness, which imports this
-
-    items = getattr(module, "ATTACKS", None)
-    if items is None:
-        return
-    if not isinstance(items, (list, tuple)):
-        raise ConfigError(f"{origin}: ATTACKS must be a list, got {type(items).__name__}")
-    taken = {a.id for a in ATTACKS}
-    for i, item in enumerate(items):
-        if not isinstance(item, Attack):
-            raise ConfigError(f"{origin}: ATTACKS[{i}] is a {type(item).__name__}, not a proctor.redteam.Attack")
-        if item.id in taken:
-            raise ConfigError(f"{origin}: ATTACKS[{i}]: attack id {item.id!r} is used twice (or shadows a library attack)")
-        taken.add(item.id)
-        loaded.attacks.append(item)
 
 
 def new_workspace() -> Path:

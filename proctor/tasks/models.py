@@ -11,12 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .. import untrusted
-from ..errors import ConfigError
+from ..agents.script import Script, ScriptTurn  # noqa: F401 - ScriptTurn: task files import it from here
 from ..judges.base import Judge
-from ..sandbox.models import GiB, MiB, SandboxLimits
+from ..sandbox.models import SandboxLimits
 from ..tools.registry import DEFAULT_TOOL_NAMES, TOOLS
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -30,15 +29,17 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Limits(_Frozen):
-    """What one rollout may use. Memory, processes, CPU, disk and inodes are enforced by the kernel;
-    times and budgets by the harness, which interrupts a running tool call at the deadline."""
+# Task files written before Limits held a SandboxLimits name these; each must land in its new place,
+# never be dropped (a task that silently lost its memory cap would run with the 2 GiB default).
+_MOVED_TO_SANDBOX = {"memory_bytes": "memory_bytes", "pids": "pids", "cpus": "cpus", "disk_bytes": "workdir_bytes", "inodes": "workdir_inodes"}
 
-    memory_bytes: int = Field(2 * GiB, ge=16 * MiB, description="Memory of all student processes together, tmpfs included; no swap.")
-    pids: int = Field(256, ge=8, le=65536, description="Most student processes and threads at once.")
-    cpus: float = Field(1.0, gt=0.01, le=1024, description="CPU quota in cores.")
-    disk_bytes: int = Field(1 * GiB, ge=1 * MiB, description="Size of /workdir.")
-    inodes: int = Field(100_000, ge=64, description="Files and directories /workdir may hold.")
+
+class Limits(_Frozen):
+    """What one rollout may use. The sandbox's limits (memory, processes, CPU, disk, inodes) are
+    enforced by the kernel; times and budgets by the harness, which interrupts a running tool call
+    at the deadline."""
+
+    sandbox: SandboxLimits = Field(default_factory=SandboxLimits, description="Kernel-enforced limits of the student's sandbox: memory, pids, cpus, workdir/tmp/shm sizes and inodes.")
     command_timeout_s: float = Field(120.0, gt=0, description="Timeout of a bash call that does not ask for one.")
     max_command_timeout_s: float = Field(600.0, gt=0, description="Longest timeout a bash call may ask for.")
     step_time_s: float = Field(1800.0, gt=0, description="Wall time of one step's agent loop.")
@@ -49,62 +50,15 @@ class Limits(_Frozen):
     on_budget: Literal["judge", "zero"] = Field("judge", description="When a turn, token or cost budget ends a step: judge what is there, or score it 0.")
     announce_budget: bool = Field(False, description="Tell the agent after each turn's tool results how many turns, tokens, dollars and seconds are left.")
 
-    def sandbox_limits(self) -> SandboxLimits:
-        return SandboxLimits(
-            memory_bytes=self.memory_bytes, pids=self.pids, cpus=self.cpus,
-            workdir_bytes=self.disk_bytes, workdir_inodes=self.inodes,
-        )
-
-
-class ScriptTurn(_Frozen):
-    """One turn of a scripted agent: a tool call, or a text message (which ends the step)."""
-
-    tool: str | None = Field(None, description="Tool name.")
-    arguments: dict[str, Any] = Field(default_factory=dict, description="Tool arguments.")
-    text: str | None = Field(None, description="An assistant message without tool calls; ends the step.")
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> ScriptTurn:
-        if (self.tool is None) == (self.text is None):
-            raise ValueError('a turn is either {"tool": NAME, "arguments": {...}} or {"text": "..."}')
-        if self.text is not None and self.arguments:
-            raise ValueError("a text turn takes no arguments")
-        return self
-
-
-class Script(_Frozen):
-    """The scripted-agent file (`--agent script:PATH`): `{"name": str, "turns": [turn, ...]}`."""
-
-    name: str = Field(min_length=1, max_length=200)
-    turns: list[ScriptTurn] = Field(default_factory=list)
-
+    @model_validator(mode="before")
     @classmethod
-    def load(cls, path: str | Path) -> Script:
-        """Read a script file; any problem is a ConfigError naming the file and the field."""
-        path = Path(path)
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read the script file ({exc.strerror})") from None
-        if len(raw) > 16 * MiB:
-            raise ConfigError(f"{path}: script file is {len(raw)} bytes, above the 16 MiB limit")
-        try:
-            data = untrusted.loads(raw)  # a number of any size is the student's data
-        except (ValueError, RecursionError) as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise ConfigError(f"{path}: {describe_error(exc)}") from None
-
-
-def describe_error(exc: ValidationError) -> str:
-    """The first problem of a validation error, as `field.path: message`."""
-    parts = []
-    for err in exc.errors(include_url=False)[:3]:
-        loc = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "; ".join(parts)
+    def _moved_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in _MOVED_TO_SANDBOX.items():
+                if old in data:
+                    # A ValueError, so the loader names the task file and line.
+                    raise ValueError(f"Limits.{old} moved to Limits.sandbox.{new}: write Limits(sandbox=SandboxLimits({new}=...))")
+        return data
 
 
 Hook = Callable[["StepHookContext"], None]

@@ -257,7 +257,10 @@ class ShellSession:
     def _exchange(self, line: bytes, nonce: str, deadline: float, out: HeadTail) -> tuple[_Outcome, bool]:
         """Write `line` to the shell and collect output until the control line with `nonce`, the
         shell's death, the control channel's EOF or the deadline. Returns the outcome and whether
-        the whole line was written."""
+        the whole line was written.
+
+        Not proctor.pump: the shell lives on between calls, so a call ends at its nonce-stamped
+        control line, not at a process's exit, and the control channel is parsed as it arrives."""
         assert self._proc is not None and self._pidfd is not None
         popen = self._proc.popen
         out_fd, ctl_fd, in_fd = popen.stdout.fileno(), popen.stderr.fileno(), popen.stdin.fileno()  # type: ignore[union-attr]

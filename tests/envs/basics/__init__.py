@@ -4,11 +4,12 @@ and judges that fail. Every task is small and quick."""
 import time
 from pathlib import Path
 
-from proctor import ExactAnswer, Family, FunctionJudge, Gate, Limits, Step, Task, Verdict
+from proctor import ExactAnswer, Family, FunctionJudge, Limits, SandboxLimits, Step, Task, Verdict
+from proctor.judges import Gate
 from proctor.sandbox.models import MiB
 
 HERE = Path(__file__).resolve().parent
-SMALL = dict(memory_bytes=256 * MiB, pids=64, disk_bytes=16 * MiB, inodes=1000)
+SMALL = dict(sandbox=SandboxLimits(memory_bytes=256 * MiB, pids=64, workdir_bytes=16 * MiB, workdir_inodes=1000))
 
 
 def _answer_is(expected: str):

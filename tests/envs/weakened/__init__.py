@@ -22,12 +22,13 @@ from pathlib import Path
 
 from proctor import FunctionJudge, Limits, RubricJudge, Script, Step, Task
 from proctor.judges.rubric import JudgeModel
-from proctor.sandbox.models import MiB
+from proctor.sandbox.models import MiB, SandboxLimits
 from proctor.tasks.models import ScriptTurn
 
 HERE = Path(__file__).resolve().parent
 KEY = (HERE / "hidden" / "expected.txt").read_text().strip()
-LIMITS = Limits(memory_bytes=256 * MiB, pids=64, disk_bytes=16 * MiB, inodes=1000, command_timeout_s=20, rollout_time_s=120)
+LIMITS = Limits(sandbox=SandboxLimits(memory_bytes=256 * MiB, pids=64, workdir_bytes=16 * MiB, workdir_inodes=1000),
+                command_timeout_s=20, rollout_time_s=120)
 INSTRUCTIONS = "Sum the amount column of /data/orders.csv and write the total as a plain integer to /workdir/answer.txt, then submit."
 ORACLE = Script(name="sum", turns=[
     ScriptTurn(tool="bash", arguments={"command": "python3 -c \"import csv; print(sum(int(r['amount']) for r in csv.DictReader(open('/data/orders.csv'))))\" > /workdir/answer.txt"}),

@@ -1,5 +1,6 @@
 """A real LLM behind a RubricJudge: the openai or anthropic SDK, with the same run config, key
-rules and retries as a model-driven student (proctor.agents).
+rules and retries as a model-driven student. It lives with the agents, which own every provider
+client, and implements the judges' JudgeModel protocol (judges sit below agents and never import them).
 
     RubricJudge(rubric="...", model=ProviderJudgeModel(ModelConfig(provider="anthropic", model="claude-x")))
 
@@ -13,12 +14,12 @@ import random
 import threading
 import time
 
-from ..agents.base import AgentError, TurnUsage
-from ..agents.conversation import UserText
-from ..agents.model_config import ModelConfig
-from ..agents.provider import ProviderClient, make_client, read_key, redactor, request_with_retries
 from ..errors import ConfigError
-from .rubric import JudgeModel, JudgeModelError
+from ..judges.rubric import JudgeModel, JudgeModelError
+from .base import AgentError, TurnUsage
+from .conversation import UserText
+from .model_config import ModelConfig
+from .provider import ProviderClient, make_client, read_key, redactor, request_with_retries
 
 
 class ProviderJudgeModel(JudgeModel):
