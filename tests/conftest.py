@@ -84,7 +84,7 @@ def runtime(request) -> str:
 @pytest.fixture(scope="session")
 def gvisor_confinement():
     _require_root()
-    from proctor.sandbox.gvisor_confinement import DEFAULT_REQUIRED, machine_confinement
+    from proctor.sandbox.gvisor import DEFAULT_REQUIRED, machine_confinement
 
     report = machine_confinement()
     lacking = [p for p in report.protections if (p.name in DEFAULT_REQUIRED or p.name == "sandbox") and p.status != "enforced"]
@@ -131,6 +131,13 @@ def _sandbox_cgroup_file(box, controller: str, name: str) -> str:
             base = Path("/sys/fs/cgroup") if not controllers else Path("/sys/fs/cgroup") / controller
             return (base / where.lstrip("/") / name).read_text().strip()
     return "?"
+
+
+@pytest.fixture(scope="session")
+def sandbox_cgroup_file() -> Callable[[object, str, str], str]:
+    """sandbox_cgroup_file(box, controller, name) -> a file of the sandbox's own cgroup, found from
+    outside (see _sandbox_cgroup_file)."""
+    return _sandbox_cgroup_file
 
 
 def _prove_confined(box) -> None:

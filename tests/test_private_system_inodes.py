@@ -123,7 +123,7 @@ def test_a_futex_on_a_shared_file_mapping_wakes_nobody_in_another_sandbox(make_s
     (data / "shared").write_bytes(os.urandom(8192))
     os.chmod(data / "shared", 0o644)
     a, b = make_sandbox(SandboxSpec(data_dir=str(data))), make_sandbox(SandboxSpec(data_dir=str(data)))
-    path = {"system": SHARED, "runtime": f"{a.runtime}/pyvenv.cfg", "etc": "/etc/ld.so.cache", "data": "/data/shared"}[where]
+    path = {"system": SHARED, "runtime": f"{a.python_runtime}/pyvenv.cfg", "etc": "/etc/ld.so.cache", "data": "/data/shared"}[where]
     # The attack works where the mapping is one inode (two processes of one sandbox)...
     woke, woken = _futex_woken(a, a, path)
     assert woke > 0 and woken > 0
@@ -205,15 +205,13 @@ def test_host_atimes_are_not_visible_and_a_read_in_one_sandbox_moves_nothing_in_
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def test_the_page_cache_of_the_image_is_charged_to_the_sandbox(sandbox):
-    from proctor.sandbox.cgroups import _read
-
-    v2 = sandbox._cg.layout.version == 2
-    usage = sandbox._cg.dir("memory") / ("memory.current" if v2 else "memory.usage_in_bytes")
+def test_the_page_cache_of_the_image_is_charged_to_the_sandbox(sandbox, sandbox_cgroup_file):
+    v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+    usage = lambda: int(sandbox_cgroup_file(sandbox, "memory", "memory.current" if v2 else "memory.usage_in_bytes"))  # noqa: E731
     big = max((p for p in covert.cold_files(min_bytes=16 << 20, limit=20)), key=os.path.getsize)
-    before = int(_read(usage))
+    before = usage()
     assert sandbox.run(["cat", big], output_cap=16).exit_code == 0
-    grown = int(_read(usage)) - before
+    grown = usage() - before
     assert grown >= min(os.path.getsize(big), 16 << 20) * 0.8, (big, grown)
 
 

@@ -158,6 +158,29 @@ def test_fanotify_init_is_refused_and_recorded(make_sandbox):
     assert recorded(box) == ["fanotify_init"]
 
 
+def test_socket_cookies_cannot_be_read_so_the_host_wide_cookie_counter_carries_nothing(make_sandbox):
+    # A fresh red team took cookies until the host-wide counter sat at a chosen value and read it
+    # back exactly from a later rollout (33 bits in under 2 s). Reading a cookie is the receiver's
+    # half of that channel, and of counting every network namespace (sandbox) the host ever made.
+    sender, receiver = make_sandbox(), make_sandbox()
+    code = """
+        import socket
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        for opt in (57, 71):  # SO_COOKIE, SO_NETNS_COOKIE
+            try:
+                print(int.from_bytes(s.getsockopt(socket.SOL_SOCKET, opt, 8), "little"))
+            except OSError as e:
+                print("refused", e.errno)
+        # Honest socket options still answer.
+        print(s.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE) == socket.SOCK_STREAM)
+        print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0)
+    """
+    for box in (sender, receiver):
+        res = student_python(box, code)
+        assert res.text.split() == ["refused", str(errno.ENOPROTOOPT)] * 2 + ["True", "True"], res.text
+        assert recorded(box) == []  # refused quietly: nothing honest reads it, but nothing is flagged
+
+
 @pytest.fixture
 def shared_file(tmp_path, monkeypatch):
     """A read-only file every sandbox sees as the host's inode, in the page cache: task data too

@@ -35,7 +35,8 @@ RESIDUAL = (
     "CPU and memory contention and /proc/uptime's idle column (0.2-3 bit/s at 50 ms slots on a busy "
     "2-core machine, more on a quiet one); the host-wide TCP socket count and socket memory in "
     "/proc/net/sockstat (a per-process directory that cannot be bound over: 50-80 bit/s without "
-    "error, above 250 bit/s with errors); the host-wide pipe/socket inode counter (about 5 bit/s). "
+    "error, above 250 bit/s with errors); the host-wide pipe/socket inode counter (about 5 bit/s), eventfd ids and "
+    "pidfd inode numbers (not measured); sysinfo(2)'s host load and memory figures. "
     "Files that are still the host's inodes: task data over 64 MiB and a non-default runtime are "
     "overlays whose mappings and page cache are shared (page-cache timing 1,000-12,000 bit/s, futexes "
     "on a shared mapping 3,700-4,200 bit/s, the pagemap's exclusively-mapped bit hundreds of kbit/s), "
@@ -102,7 +103,7 @@ def probe(sandbox_class: type[Sandbox]) -> ConfinementReport:
     box = sandbox_class(SandboxSpec(limits=PROBE_LIMITS), ConfinementReport(protections=()), degraded_ok=True)
     try:
         box._build()
-        res = box.run(["/bin/sh", "-c", _PROBE, "probe", str(marker), _ADD_KEY, box.runtime or "/usr"], timeout=20)
+        res = box.run(["/bin/sh", "-c", _PROBE, "probe", str(marker), _ADD_KEY, box.python_runtime or "/usr"], timeout=20)
         recorded = [a.syscall for a in box.syscall_attempts()]
         seen = dict(
             part.split("=", 1) for line in res.text.splitlines() for part in (line.split(" ") if line.startswith("uid=") else [line]) if "=" in part

@@ -30,6 +30,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from functools import cache
@@ -40,6 +41,7 @@ from . import keyrings, procfs, reclaim, tmpfs
 from .backend import ProcessInfo, SandboxUsage
 from .capture import HeadTail
 from .cgroups import SandboxCgroup
+from .gvisor_confinement import DEFAULT_REQUIRED, probe
 from ..pump import pump
 from .core import _DRAIN_GRACE_S, DEFAULT_OUTPUT_CAP
 from .environment import student_env, student_path
@@ -580,8 +582,6 @@ class GvisorBackend:
     name = "gvisor"
 
     def machine_confinement(self) -> ConfinementReport:
-        from .gvisor_confinement import machine_confinement
-
         return machine_confinement()
 
     def create(
@@ -592,7 +592,6 @@ class GvisorBackend:
         allow_degraded: bool = False,
     ) -> GvisorSandbox:
         from .confinement import grant
-        from .gvisor_confinement import DEFAULT_REQUIRED
 
         require_host()
         runsc_path()
@@ -624,3 +623,16 @@ class GvisorBackend:
         sentry, gofer and stubs are in the sandbox's cgroup, and runsc's state lives in the
         sandbox's own directory, removed with it."""
         return reclaim.reclaim_stale()
+
+
+_machine_report: ConfinementReport | None = None
+_machine_report_lock = threading.Lock()
+
+
+def machine_confinement() -> ConfinementReport:
+    """What gVisor enforces here, measured by one probe sandbox once per process."""
+    global _machine_report
+    with _machine_report_lock:
+        if _machine_report is None:
+            _machine_report = probe(GvisorSandbox, platform=PLATFORM, host_pids_max=host_pids_max, runsc_path=runsc_path)
+        return _machine_report

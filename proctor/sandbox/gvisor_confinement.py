@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ProctorError, SandboxUnavailable
 from .cgroups import layout
@@ -19,6 +20,9 @@ from .confinement import PROBE_LIMITS, _p, _swap_total
 from .environment import student_env
 from .host import require_host
 from .models import MiB, ConfinementReport, Protection, SandboxSpec
+
+if TYPE_CHECKING:
+    from .gvisor import GvisorSandbox
 
 # What a gVisor sandbox must enforce unless a caller says otherwise. Not in it, because gVisor
 # gives them differently here (see the probe's details): own_inodes (statvfs still reaches the
@@ -61,8 +65,6 @@ except OSError as exc:
 print(json.dumps(out))
 """
 
-_cached: ConfinementReport | None = None
-_lock = threading.Lock()
 
 
 def _missing(exc: Exception) -> ConfinementReport:
@@ -79,11 +81,13 @@ def runsc_version(path: str) -> str:
     return res.stdout.splitlines()[0].removeprefix("runsc version ").strip()
 
 
-def probe() -> ConfinementReport:
-    """Build a probe gVisor sandbox and report, protection by protection, what it enforced."""
-    require_host()
-    from .gvisor import PLATFORM, GvisorSandbox, host_pids_max, runsc_path
+def probe(sandbox_class: type[GvisorSandbox], *, platform: str, host_pids_max: Callable[[int], int], runsc_path: Callable[[], str]) -> ConfinementReport:
+    """Build a probe gVisor sandbox and report, protection by protection, what it enforced.
 
+    The backend's pieces come from the caller (gvisor.machine_confinement): the backend needs this
+    report to create sandboxes, so importing it from here would close an import circle."""
+    require_host()
+    PLATFORM, GvisorSandbox = platform, sandbox_class  # noqa: N806 (the names the report text uses)
     try:
         path = runsc_path()
         version = runsc_version(path)
@@ -169,11 +173,3 @@ def probe() -> ConfinementReport:
         marker.unlink(missing_ok=True)
         box.close()
 
-
-def machine_confinement() -> ConfinementReport:
-    """The probe's result, computed once per process."""
-    global _cached
-    with _lock:
-        if _cached is None:
-            _cached = probe()
-        return _cached

@@ -9,8 +9,9 @@ The filter closes these at the syscall, in three ways:
   stops, the harness (syscall_attempts.py) records it and answers with an errno; the rollout
   flags it as `forbidden_syscall`.
 - **refused quietly**: what honest tools probe and fall back from (io_uring, clone3, perf,
-  bpf), with the errno that makes them fall back. Not flagged: a false flag zeroes an honest
-  reward.
+  bpf), with the errno that makes them fall back, and the socket-cookie counter
+  (getsockopt SO_COOKIE / SO_NETNS_COOKIE: ENOPROTOOPT), which only BPF programs read. Not
+  flagged: a false flag zeroes an honest reward.
 - **made harmless**: posix_fadvise DONTNEED/NOREUSE succeeds without evicting anything (cp, tar
   and databases call it), and preadv2/pwritev2 with RWF_NOWAIT fail with EOPNOTSUPP (callers
   retry without the flag), so the page cache can be neither evicted nor probed cheaply.
@@ -51,7 +52,7 @@ def RET_ERRNO(e: int) -> int:  # noqa: N802 (the kernel's name)
 
 # x86_64 syscall numbers.
 NR = {
-    "socket": 41, "socketpair": 53, "clone": 56, "syslog": 103, "io_setup": 206, "fadvise64": 221,
+    "socket": 41, "socketpair": 53, "getsockopt": 55, "clone": 56, "syslog": 103, "io_setup": 206, "fadvise64": 221,
     "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "perf_event_open": 298,
     "fanotify_init": 300, "bpf": 321, "preadv2": 327, "pwritev2": 328, "io_uring_setup": 425,
     "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "cachestat": 451,
@@ -59,6 +60,11 @@ NR = {
 AF_VSOCK = 40
 POSIX_FADV_DONTNEED, POSIX_FADV_NOREUSE = 4, 5
 RWF_NOWAIT = 0x8
+# getsockopt(SOL_SOCKET, SO_COOKIE | SO_NETNS_COOKIE): socket cookies come from one host-wide
+# counter (handed out per CPU in blocks), so a student that takes cookies until the counter sits at a
+# chosen value leaves an exact, noise-free token for a later rollout (a fresh red team carried 33
+# bits in under 2 s); the netns cookie counts every sandbox ever made. Only BPF programs need them.
+SOL_SOCKET, SO_COOKIE, SO_NETNS_COOKIE = 1, 57, 71
 CLONE_NEWUSER = 0x10000000
 
 # Flagged: (syscall, the errno the harness answers with). Kernel keyrings are host-wide and
@@ -164,6 +170,7 @@ def program() -> bytes:
     a.jeq(NR["pwritev2"], "rwflags")
     a.jeq(NR["unshare"], "nsflags")
     a.jeq(NR["clone"], "nsflags")
+    a.jeq(NR["getsockopt"], "sockopt")
     a.ret(RET_ALLOW)
 
     a.label("family")
@@ -184,8 +191,20 @@ def program() -> bytes:
     a.jset(CLONE_NEWUSER, "newuser")
     a.ret(RET_ALLOW)
 
+    a.label("sockopt")  # getsockopt(fd, level, optname, optval, optlen)
+    a.ld(_arg_lo(1))
+    a.jeq(SOL_SOCKET, "sockopt_name")
+    a.ret(RET_ALLOW)
+    a.label("sockopt_name")
+    a.ld(_arg_lo(2))
+    a.jeq(SO_COOKIE, "nocookie")
+    a.jeq(SO_NETNS_COOKIE, "nocookie")
+    a.ret(RET_ALLOW)
+
     a.label("notify")
     a.ret(RET_USER_NOTIF)
+    a.label("nocookie")
+    a.ret(RET_ERRNO(errno.ENOPROTOOPT))
     a.label("noop")
     a.ret(RET_ERRNO(0))  # the syscall is skipped and returns 0
     a.label("nowait")
