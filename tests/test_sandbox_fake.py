@@ -3,6 +3,7 @@ to the sandbox's paths and process bookkeeping for the layers above to be tested
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -47,6 +48,31 @@ def test_kill_all_on_the_fake_finds_a_setsid_daemon_and_the_files_stay(fake_back
         assert report.empty and report.killed >= 1
         assert [p for p in box.processes() if not p.zombie] == []
         assert box.run("cat /workdir/answer.txt").text == "41\n"
+
+
+def test_the_fake_finds_its_processes_under_a_harness_with_a_thousand_other_children(fake_backend):
+    # /proc/PID/task/TID/children gives one page per read: a long-lived harness with many
+    # children once hid the newest (this sandbox's) from a single read, and a timed-out command
+    # was then waited for forever.
+    others = []
+    for _ in range(1500):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        others.append(pid)
+    try:
+        with fake_backend.create() as box:
+            res = box.run("sleep 300 & echo started; sleep 300", timeout=0.5)
+            assert res.timed_out and res.text == "started\n"
+            box.run("setsid sh -c 'sleep 300' >/dev/null 2>&1 &")
+            end = time.monotonic() + 5
+            while not any(p.command == "sleep 300" for p in box.processes()):
+                assert time.monotonic() < end
+                time.sleep(0.01)
+            assert box.kill_all().empty
+    finally:
+        for pid in others:
+            os.waitpid(pid, 0)
 
 
 def test_a_timeout_on_the_fake_kills_the_command_and_what_it_started(fake_backend):

@@ -100,3 +100,29 @@ def test_a_kill_that_outlasts_the_deadline_still_asks_the_witnesses_before_calli
         pidns=None, reap_children=lambda: None, deadline_s=0.3,
     )
     assert report.empty, report.detail
+
+
+def _zombie_children() -> list[int]:
+    import os
+
+    me = os.getpid()
+    kids = []
+    for tid in os.listdir(f"/proc/{me}/task"):
+        with open(f"/proc/{me}/task/{tid}/children") as f:
+            kids += [int(k) for k in f.read().split()]
+    return [k for k in kids if procfs.is_zombie(k)]
+
+
+def test_a_closed_sandbox_leaves_no_zombie_in_the_harness(make_sandbox, runtime):
+    # The harness is a subreaper: what bubblewrap or runsc leave behind when killed is reparented
+    # to it, and a corpse it never reaps stays for the life of the harness (a trainer's lifetime:
+    # one per rollout once was).
+    before = set(_zombie_children())
+    for _ in range(3):
+        box = make_sandbox()
+        box.run("sleep 100 & true")
+        box.close()
+    end = time.monotonic() + 5
+    while set(_zombie_children()) - before:
+        assert time.monotonic() < end, [open(f"/proc/{p}/stat").read()[:40] for p in set(_zombie_children()) - before]
+        time.sleep(0.05)

@@ -11,6 +11,7 @@ survives a custody point but the workdir does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -336,6 +337,13 @@ class Sandbox:
             if proc.poll() is not None:
                 self._children.remove(proc)
         reap_orphans(self.uid)
+        # The namespace's init (bubblewrap's child, the anchor) is reparented to the harness, a
+        # subreaper, once the outer bubblewrap is killed: its corpse is ours to reap, or every
+        # sandbox would leave one zombie behind in a long-lived harness.
+        anchor = self._anchor_pid
+        if anchor and procfs.ppid_of(anchor) == os.getpid() and procfs.is_zombie(anchor):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(anchor, os.WNOHANG)
 
     def kill_all(self, deadline_s: float = 5.0) -> KillReport:
         """Kill every process of this sandbox and prove none is left: the cgroups, the PID
@@ -403,6 +411,10 @@ class Sandbox:
             report = self.kill_all()
             if not report.empty:
                 errors.append(report.detail)
+            for proc in self._children:  # killed, maybe not yet reaped: corpses are ours to collect
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=1.0)
+            self._children.clear()
         if self._bridge:
             self._bridge.stop()
         if self._lease is not None:

@@ -25,6 +25,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -65,16 +66,22 @@ def _report() -> ConfinementReport:
 
 
 def _read(path: str) -> bytes:
+    """The whole of a /proc file, or b"" if it cannot be read. Read to the end: a seq_file such
+    as task/*/children gives one page per read, and a harness with a thousand children would
+    otherwise never see its newest."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return b""
+    parts = []
     try:
-        return os.read(fd, 1 << 20)
+        while chunk := os.read(fd, 1 << 16):
+            parts.append(chunk)
     except OSError:
-        return b""
+        pass
     finally:
         os.close(fd)
+    return b"".join(parts)
 
 
 def _children(pid: int) -> list[int]:
@@ -162,6 +169,8 @@ class FakeProcess:
 
     def kill_tree(self) -> None:
         _kill_marked(self._group, 5.0)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
         self.popen.wait()
         _STARTED.discard(self.popen.pid)
 
@@ -257,6 +266,8 @@ class FakeSandbox:
                          input=into.all(input) if input is not None else None, grace_s=_DRAIN_GRACE_S)
         if timed_out:
             _kill_marked(group, 5.0)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # its own session: the wait below is bounded whatever the marker found
         status, rusage = _wait4(proc)
         _STARTED.discard(proc.pid)
         code = os.waitstatus_to_exitcode(status)

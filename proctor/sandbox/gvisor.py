@@ -24,6 +24,7 @@ and `kvm` platforms; `kvm` hangs on this machine (a Firecracker guest), so `ptra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -193,6 +194,7 @@ class GvisorSandbox:
         self._lease: UidLease | None = None
         self._cg = SandboxCgroup(self.id)
         self._running = False
+        self._seen_pids: set[int] = set()
         self._spawned: list[GvisorProcess] = []
         self._closed = False
         root = state_dir("sandboxes") / self.id
@@ -490,6 +492,7 @@ class GvisorSandbox:
             return KillReport(empty=True, killed=0, rounds=0, duration_s=0.0)
         start = time.monotonic()
         killed = len(self.processes())
+        self._seen_pids.update(self._cg.pids())
         report = reap_until_empty(
             freeze=lambda: self._cg.freeze(timeout_s=0.5), thaw=self._cg.thaw, cgroup_pids=self._cg.pids,
             uid=self.uid, pidns=None, reap_children=self._reap_orphans, deadline_s=deadline_s,
@@ -510,13 +513,18 @@ class GvisorSandbox:
     def _reap_orphans(self) -> None:
         # The sentry and gofer were started by `runsc create`, which exited: they are re-parented
         # to the harness (a subreaper), and their corpses are ours to reap.
+        # A corpse leaves the cgroup (cgroup v1 moves an exited task to the root), so the pids
+        # seen there while alive are remembered until reaped.
         me = os.getpid()
-        for pid in self._cg.pids():
-            if procfs.is_zombie(pid) and procfs.ppid_of(pid) == me:
-                try:
+        self._seen_pids.update(self._cg.pids())
+        for pid in list(self._seen_pids):
+            parent = procfs.ppid_of(pid)
+            if parent is None:
+                self._seen_pids.discard(pid)  # gone: reaped by its own parent
+            elif parent == me and procfs.is_zombie(pid):
+                with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
+                self._seen_pids.discard(pid)
 
     def usage(self) -> SandboxUsage:
         raw = self._cg.usage()
@@ -554,6 +562,10 @@ class GvisorSandbox:
             report = self.kill_all()
             if not report.empty:
                 errors.append(report.detail)
+            end = time.monotonic() + 1.0  # a killed sentry can leave the cgroup before it is a corpse
+            while any(procfs.ppid_of(p) == os.getpid() for p in self._seen_pids) and time.monotonic() < end:
+                self._reap_orphans()
+                time.sleep(0.005)
             left = keyrings.clear_keys(self.uid)
             if left:
                 errors.append(left)
