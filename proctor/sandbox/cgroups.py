@@ -291,6 +291,20 @@ class SandboxCgroup:
             "pids_limit_hits": int(pid_events.get("max", 0)),
         }
 
+    def memory_now(self) -> int:
+        """Bytes charged to the sandbox now (one small read: cheap enough to poll)."""
+        mem = self.dir("memory")
+        return _read_int(mem / ("memory.current" if self.layout.version == 2 else "memory.usage_in_bytes"))
+
+    def memory_pressure(self) -> tuple[int, int]:
+        """(bytes reclaim cannot free, file pages refaulted so far). Without swap, anonymous and
+        tmpfs pages (both on the anon LRU) and locked pages stay whatever reclaim does; a refault
+        is a file page read back soon after reclaim evicted it."""
+        prefix = "" if self.layout.version == 2 else "total_"  # v1's own keys leave out the children
+        stat = dict(line.split() for line in _read(self.dir("memory") / "memory.stat").splitlines() if " " in line)
+        stuck = sum(int(stat.get(prefix + key, 0)) for key in ("inactive_anon", "active_anon", "unevictable"))
+        return stuck, int(stat.get(prefix + "workingset_refault_file", 0))
+
     def remove(self) -> None:
         for d in self.dirs():
             _rmdir_tree(d)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import SandboxError
 from ..pump import pump, read_until_eof
-from . import keyrings, procfs, reclaim, syscall_filter, tmpfs
+from . import keyrings, memory_guard, procfs, reclaim, syscall_filter, tmpfs
 from .capture import HeadTail
 from .copyin import copy_tree_in
 from .cgroups import SandboxCgroup
@@ -110,6 +110,7 @@ class Sandbox:
         self._lock_fd = reclaim.lock_new(self.id)
         self._lease: UidLease | None = None
         self._cg = SandboxCgroup(self.id)
+        self._memory_guard: memory_guard.Watched | None = None
         self._session: subprocess.Popen | None = None
         self._anchor_pid: int | None = None
         self._pidns: int | None = None
@@ -159,6 +160,7 @@ class Sandbox:
         own.build(ETC_ALLOWLIST, identity_files(uid, gid, self.spec.hostname), limits)
         tmpfs.mount_places(self._places.workdir, self._places.tmp, self._places.shm, limits, uid)
         self._cg.create(limits)
+        self._memory_guard = memory_guard.watch(self._cg, limits.memory_bytes, uid)
         self._env = student_env(self.python_runtime, self.spec.env)
         # Built (and validated: data dir, mounts, devices) once, so a bad spec fails at creation.
         self._bwrap_args = bwrap_args(self.spec, own, self._places, self.python_runtime)
@@ -370,7 +372,11 @@ class Sandbox:
         return report
 
     def usage(self) -> SandboxUsage:
-        return SandboxUsage(**self._cg.usage())
+        """The cgroup's accounting; OOM kills include the memory guard's (memory_guard.py)."""
+        usage = SandboxUsage(**self._cg.usage())
+        if self._memory_guard is not None and self._memory_guard.kills:
+            usage = usage.model_copy(update={"oom_kills": usage.oom_kills + self._memory_guard.kills})
+        return usage
 
     def full_places(self) -> dict[str, str]:
         full = {}
@@ -407,6 +413,8 @@ class Sandbox:
             return
         self._closed = True
         errors: list[str] = []
+        if self._memory_guard is not None:
+            memory_guard.unwatch(self._memory_guard)
         if self._lease is not None:
             report = self.kill_all()
             if not report.empty:

@@ -104,3 +104,12 @@ def cmdline_of(pid: int, limit: int = 200) -> str:
                 break
     text = raw[:limit].replace(b"\0", b" ").strip().decode("utf-8", errors="replace")
     return text + ("..." if len(raw) > limit else "")
+
+
+def rss_of(pid: int) -> int:
+    """Resident pages of `pid` (0 if it is gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return 0
