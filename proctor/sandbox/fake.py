@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -120,6 +121,31 @@ def _infos(pids: list[int]) -> list[ProcessInfo]:
     return found
 
 
+def _exit_watch(pids: list[int]) -> list[int]:
+    """pidfds for `pids` (a pidfd polls readable once its process has exited)."""
+    fds = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fds.append(os.pidfd_open(pid))
+    return fds
+
+
+def _await_exits(fds: list[int], timeout_s: float) -> None:
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    end = time.monotonic() + timeout_s
+    left = set(fds)
+    try:
+        while left and (wait := end - time.monotonic()) > 0:
+            for fd, _ in poller.poll(wait * 1000):
+                poller.unregister(fd)
+                left.discard(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def _kill_marked(marker: bytes, deadline_s: float) -> KillReport:
     """Kill every process carrying `marker`, round after round (a process forking while it is
     killed leaves a child the previous look missed), until none is left or the deadline passes."""
@@ -134,8 +160,9 @@ def _kill_marked(marker: bytes, deadline_s: float) -> KillReport:
             return KillReport(empty=False, killed=killed, rounds=rounds, duration_s=time.monotonic() - start,
                               remaining=tuple(left), detail=f"{len(left)} process(es) still alive after {deadline_s}s")
         orphans = [p for p in left if p not in _STARTED and procfs.ppid_of(p) == os.getpid()]
+        exits = _exit_watch(left)
         killed += kill_members(left, lambda: _marked(marker))
-        time.sleep(0.001)
+        _await_exits(exits, 0.05)  # returns as soon as they are dead: no fixed sleep per kill
         for pid in orphans:  # reparented to the harness: no one else will reap them
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)

@@ -8,6 +8,7 @@ real sandbox's paths run on it."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import selectors
@@ -19,15 +20,20 @@ _AFTER = rb"(?![\w.-])"
 _QUIET_S = 0.005  # bytes held back as a possible partial path go out after this much quiet
 
 
+@functools.lru_cache(maxsize=64)  # a sandbox makes a rewriter per command and per stream
+def _compiled(keys: tuple[bytes, ...]) -> tuple[re.Pattern[bytes], frozenset[bytes], int]:
+    longest_first = sorted(keys, key=len, reverse=True)
+    pattern = re.compile(_BEFORE + b"(" + b"|".join(re.escape(k) for k in longest_first) + b")" + _AFTER)
+    return pattern, frozenset(k[:n] for k in keys for n in range(1, len(k) + 1)), max(map(len, keys), default=0)
+
+
 class Rewriter:
     """Rewrites `mapping` (from -> to, as bytes) in a stream fed in chunks. A chunk that ends in
     what may be the start of a path is held back until the next chunk (or `flush`)."""
 
     def __init__(self, mapping: dict[bytes, bytes]) -> None:
-        keys = sorted(mapping, key=len, reverse=True)
         self._map = mapping
-        self._re = re.compile(_BEFORE + b"(" + b"|".join(re.escape(k) for k in keys) + b")" + _AFTER)
-        self._prefixes = {k[:n] for k in keys for n in range(1, len(k) + 1)}
+        self._re, self._prefixes, self._longest = _compiled(tuple(sorted(mapping)))
         self._held = b""
 
     def all(self, data: bytes) -> bytes:
@@ -36,7 +42,7 @@ class Rewriter:
     def feed(self, chunk: bytes) -> bytes:
         data = self._held + chunk
         keep = 0
-        for n in range(min(len(data), max(map(len, self._prefixes))), 0, -1):
+        for n in range(min(len(data), self._longest), 0, -1):
             if data[-n:] in self._prefixes and (n == len(data) or not re.match(rb"[\w./-]", data[-n - 1 : -n])):
                 keep = n
                 break

@@ -9,6 +9,8 @@ blamed on the student."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -131,6 +133,11 @@ def describe_validation_error(tool: str, exc: ValidationError) -> str:
     return f"{tool}: " + "; ".join(parts)
 
 
+@functools.lru_cache(maxsize=256)  # bounded: a tool may make its Arguments class at run time
+def _schema(arguments: type[BaseModel]) -> dict[str, Any]:
+    return arguments.model_json_schema()
+
+
 class Tool(ABC):
     """A tool the student can call. Subclasses set `name`, `description` and `Arguments` (a
     pydantic model of the JSON arguments) and implement `execute`, which must run everything it
@@ -142,8 +149,9 @@ class Tool(ABC):
 
     @property
     def parameters(self) -> dict[str, Any]:
-        """JSON schema of the arguments, as model providers want it."""
-        return self.Arguments.model_json_schema()
+        """JSON schema of the arguments, as model providers want it (a fresh copy each time: the
+        schema is made once per Arguments class, which costs a millisecond per tool per rollout)."""
+        return copy.deepcopy(_schema(self.Arguments))
 
     def spec(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
