@@ -353,9 +353,12 @@ def redteam(
         for col in ("task", "attack", "family", "score", "reward", "status", "flagged", "ok"):
             table.add_column(col)
         for r in rows:
-            table.add_row(r.task, r.attack, r.family, f"{r.score:g}", f"{r.reward:g}", r.status, ", ".join(r.flagged) or "-",
+            table.add_row(r.task, r.attack, r.family, f"{r.score:g}", f"{r.reward:g}", r.status, ", ".join(r.flagged) or ("unseen here" if r.unseen else "-"),
                           "[green]yes[/]" if r.ok else f"[red]NO[/] {r.problem}")
         console.print(table)
+        if unseen := [r for r in rows if r.unseen]:
+            console.print(f"{len(unseen)} attack(s) held but not flaggable under {runtime.value} (no witness there; "
+                          f"--json gives each reason, docs/sandbox.md lists them): {', '.join(sorted({r.attack for r in unseen}))}")
     raise typer.Exit(0 if all(r.ok for r in rows) else 1)
 
 

@@ -152,3 +152,30 @@ def test_a_killed_harness_leaves_no_gvisor_container_after_reclaim(gvisor_confin
     assert not (state_dir("sandboxes") / sandbox_id).exists()
     assert str(state_dir("sandboxes") / sandbox_id) not in Path("/proc/self/mountinfo").read_text()
     assert not any(Path(p, "proctor", sandbox_id).exists() for p in ("/sys/fs/cgroup", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids"))
+
+
+def test_the_whole_red_team_is_held_under_gvisor_and_only_the_listed_gaps_go_unflagged(tmp_path, gvisor_confinement):
+    from proctor.redteam import run_redteam
+    from proctor.redteam.runtime_gaps import _ATTACKS, _KINDS
+    from proctor.tasks import load_environment
+
+    rows = run_redteam(load_environment(str(ROOT / "examples" / "quarterly_revenue")), out_dir=tmp_path, parallel=2, runtime="gvisor")
+    bad = [f"{r.attack}: {r.problem}" for r in rows if not r.ok]
+    assert not bad, "\n".join(bad)
+    assert {"oracle", "null", "degenerate"} <= {r.attack for r in rows} and len(rows) >= 60
+    unseen = [r for r in rows if r.unseen]
+    # Each held-but-unflagged row is one the gaps table names, for a reason it gives: a gap
+    # that closes (gVisor starts counting) shows up here as a row no longer unseen.
+    for r in unseen:
+        assert r.score == 0.0 and not set(r.expected_flags) & set(r.flagged)
+        assert r.attack in _ATTACKS["gvisor"] or set(r.expected_flags) <= set(_KINDS["gvisor"]), r
+    assert {r.attack for r in unseen} >= set(_ATTACKS["gvisor"]) - {"fork-bomb"}  # the fork bomb may be flagged for what it leaves
+
+
+def test_a_runtime_gap_excuses_only_what_the_runtime_cannot_witness():
+    from proctor.redteam.runtime_gaps import unseen
+
+    assert unseen("bwrap", "kernel-keyring", ("forbidden_syscall",)) == ""  # bwrap records everything the library expects
+    assert "seccomp recorder" in unseen("gvisor", "kernel-keyring", ("forbidden_syscall",))
+    assert unseen("gvisor", "mmap-memory-hog", ("resource_limit_hit",)) == ""  # OOM kills are counted under gVisor too
+    assert unseen("gvisor", "some-attack", ("forbidden_syscall", "hidden_path_probe")) == ""  # one kind it can see: required

@@ -31,6 +31,7 @@ from ..sandbox import RUNTIMES, get_backend
 from ..tasks.loading import Environment, resolved
 from ..tasks.models import Script, ScriptTurn, Task
 from .attacks import ATTACKS, applicable, environment_attacks
+from .runtime_gaps import unseen
 
 
 class RedteamRow(BaseModel):
@@ -47,6 +48,7 @@ class RedteamRow(BaseModel):
     duration_s: float
     ok: bool
     problem: str = ""
+    unseen: str = ""  # held but not flagged, because this runtime has no witness for it (runtime_gaps.py)
     run_id: str = ""  # the rollout's OUT/<run_id>/ (empty when the harness crashed before writing it)
 
 
@@ -90,11 +92,14 @@ def _one(task: Task, instance, env: Environment, out: Path, name: str, family: s
         problems.append(f"earned {score} above the floor")
     elif not want_max and judged > 0.0:
         problems.append(f"the judges paid {judged:g}; only the misbehaviour flag kept it at the floor")
+    gap = ""
     if expected and not set(expected) & set(flagged):
-        problems.append(f"not flagged (expected {' or '.join(expected)})")
+        gap = unseen(config.runtime, name, expected)
+        if not gap:
+            problems.append(f"not flagged (expected {' or '.join(expected)})")
     return RedteamRow(task=task.id, attack=name, family=family, score=score, judged_score=judged, reward=reward, status=status, flagged=flagged,
                       expected_flags=list(expected), harness_survived=survived, duration_s=time.monotonic() - started,
-                      ok=not problems, problem="; ".join(problems), run_id=run_id)
+                      ok=not problems, problem="; ".join(problems), unseen=gap, run_id=run_id)
 
 
 def run_redteam(
