@@ -155,6 +155,7 @@ def run(
     penalty: float = typer.Option(0.0, "--penalty", min=0.0, help="Reward of a misbehaved rollout is minus this."),
     allow_degraded: bool = typer.Option(False, "--allow-degraded", help="Run even if this machine lacks a required protection (the result says so)."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    resume: bool = typer.Option(False, "--resume", help="Finish the batch these same arguments started in --out (after a crash, kill or reboot): keep each finished rollout, run again those without a whole result or with an infra_error, moving their directories to OUT/.superseded/. An --out without a batch starts one."),
     runtime: Runtime = _runtime_option(),
     model_config: str | None = typer.Option(None, "--model-config", help="model:NAME: a TOML or JSON run config (provider, base_url, api_key_env, sampling...; see docs/agents.md)."),
     provider: str | None = typer.Option(None, "--provider", help="model:NAME: openai (any OpenAI-compatible server) or anthropic."),
@@ -165,29 +166,43 @@ def run(
     token_data: bool | None = typer.Option(None, "--token-data/--no-token-data", help="model:NAME: record token ids and logprobs (vLLM, SGLang)."),
 ) -> None:
     """Run rollouts and write their results. Exit 0 when every rollout completed or misbehaved, 1 on any infra_error."""
-    from rich.progress import Progress
+    from contextlib import ExitStack
 
     from .harness import RolloutConfig
+    from .progress import BatchProgress
     from .runner import run_many
 
     loaded = _load(env)
-    try:
-        params = _parse_params(param)
-        config = RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value)
-        _runtime_available(runtime)
-        flags = {"provider": provider, "base_url": base_url, "api_key_env": api_key_env, "temperature": temperature,
-                 "max_output_tokens": max_output_tokens, "token_data": token_data}
-        model = _model_config(agent, model_config, flags)
-        if as_json or n == 1:
+    plans = []
+    with ExitStack() as stack:
+        bars: list[BatchProgress] = []
+
+        def planned(plan) -> None:
+            plans.append(plan)
+            if plan.resumed and as_json:
+                typer.echo(plan.describe(), err=True)  # stdout stays pure JSON
+            elif plan.resumed:
+                console.print(plan.describe(), highlight=False, soft_wrap=True)
+            if not as_json and plan.n > 1 and plan.todo:
+                bars.append(stack.enter_context(BatchProgress(console, f"{task} x{plan.n}", plan.n, len(plan.finished))))
+
+        def finished(result) -> None:
+            if bars:
+                bars[0].advance(result)
+
+        try:
+            params = _parse_params(param)
+            config = RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value)
+            _runtime_available(runtime)
+            flags = {"provider": provider, "base_url": base_url, "api_key_env": api_key_env, "temperature": temperature,
+                     "max_output_tokens": max_output_tokens, "token_data": token_data}
+            model = _model_config(agent, model_config, flags)
             results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
-                               config=config, parallel=parallel, model=model)
-        else:
-            with Progress(console=console, transient=True) as bar:
-                job = bar.add_task(f"{task} x{n}", total=n)
-                results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
-                                   config=config, parallel=parallel, on_result=lambda _r: bar.advance(job), model=model)
-    except ProctorError as exc:
-        _fail(exc)
+                               config=config, parallel=parallel, model=model, resume=resume, on_plan=planned,
+                               on_result=finished)
+        except ProctorError as exc:
+            stack.close()
+            _fail(exc)
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in results], indent=2))
     else:
@@ -202,8 +217,20 @@ def run(
         for r in results:
             for error in r.errors:
                 console.print(f"[yellow]{r.run_id}:[/yellow] {error}", highlight=False)
+        console.print(_counts(results, plans[0] if plans else None), highlight=False, soft_wrap=True)
         console.print(f"results in {out}/<run_id>/result.json", highlight=False)
     raise typer.Exit(1 if any(r.status == "infra_error" for r in results) else 0)
+
+
+def _counts(results, plan) -> str:
+    """`12 rollout(s): 10 completed, 2 misbehaved (7 finished before this resume, 5 run now)`."""
+    by_status: dict[str, int] = {}
+    for r in results:
+        by_status[r.status] = by_status.get(r.status, 0) + 1
+    line = f"{len(results)} rollout(s): " + ", ".join(f"{count} {status}" for status, count in by_status.items())
+    if plan is not None and plan.resumed:
+        line += f" ({len(plan.finished)} finished before this resume, {len(results) - len(plan.finished)} run now)"
+    return line
 
 
 @app.command()

@@ -29,9 +29,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("agents",),
     ("tasks",),
     ("episode", "policies", "harness", "transcript", "results"),
-    ("runner",),
+    ("runner", "batches"),
     ("redteam", "insight"),
-    ("server", "viewer", "integrations", "scaffold", "demo", "testing"),
+    ("server", "viewer", "integrations", "scaffold", "demo", "testing", "progress"),
     ("cli",),
     # The package root re-exports the day-one API from every layer; nothing inside may import it.
     ("",),
