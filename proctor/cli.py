@@ -207,7 +207,8 @@ def run(
         typer.echo(json.dumps([r.model_dump(mode="json") for r in results], indent=2))
     else:
         table = Table(title=f"{task} with {agent}")
-        for col in ("run", "status", "score", "reward", "misbehaviour", "time"):
+        table.add_column("run", overflow="fold")  # whole: a batch's run ids differ only in their last part, the index
+        for col in ("status", "score", "reward", "misbehaviour", "time"):
             table.add_column(col)
         for r in results:
             style = {"completed": "green", "misbehaved": "red", "infra_error": "yellow", "abandoned": "yellow"}[r.status]
