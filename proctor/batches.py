@@ -318,8 +318,9 @@ def _label(key: str) -> str:
 
 
 def _shown(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A value for the one-line error: a path or name whole, a long list or object cut."""
+    text, cap = (value, 500) if isinstance(value, str) else (json.dumps(value), 120)
+    return text if len(text) <= cap else text[: cap - 3] + "..."
 
 
 def _differences(was: BatchSpec, now: BatchSpec) -> list[str]:
