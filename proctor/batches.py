@@ -285,7 +285,10 @@ def _move_aside(plan: BatchPlan, directory: Path, index: int, kind: str, detail:
     target, k = aside / directory.name, 1
     while target.exists():  # the same rollout superseded by an earlier resume too
         target, k = aside / f"{directory.name}.{k}", k + 1
-    os.rename(directory, target)
+    try:
+        os.rename(directory, target)
+    except OSError as exc:
+        raise ConfigError(f"--resume: cannot move {directory} aside to {target} ({exc.strerror}); nothing was rerun") from None
     moved = Superseded(index=index, run_id=directory.name, moved_to=target, kind=kind, detail=detail)
     plan.superseded.append(moved)
     line = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "batch_id": plan.record.batch_id,
