@@ -206,6 +206,69 @@ def run(
     raise typer.Exit(1 if any(r.status == "infra_error" for r in results) else 0)
 
 
+def _thresholds(pass_score: float, min_n: int, weak_at_most: float, saturated_at_least: float):
+    from pydantic import ValidationError
+
+    from .errors import describe_error
+    from .insight import Thresholds
+
+    try:
+        return Thresholds(pass_score=pass_score, min_n=min_n, weak_at_most=weak_at_most, saturated_at_least=saturated_at_least)
+    except ValidationError as exc:
+        raise ConfigError(f"thresholds: {describe_error(exc)}") from None
+
+
+_PASS_HELP = "Score a completed rollout needs to pass."
+_MIN_N_HELP = "Fewest scored rollouts in a cell for a verdict (else too_few)."
+_WEAK_HELP = "Pass rate at or below which a cell is weak."
+_SATURATED_HELP = "Pass rate at or above which a cell is saturated."
+
+
+@app.command()
+def report(
+    runs: list[str] = typer.Argument(..., help="Run directories (any depth: a batch, a curriculum, a red-team run) or result.json files."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    by: str | None = typer.Option(None, "--by", help="Group by these, comma-separated: family, difficulty, params (the family's declared ones), student, or a parameter's name. Default: family,difficulty,params,student."),
+    pass_score: float = typer.Option(1.0, "--pass-score", help=_PASS_HELP),
+    min_n: int = typer.Option(5, "--min-n", help=_MIN_N_HELP),
+    weak_at_most: float = typer.Option(0.2, "--weak-at-most", help=_WEAK_HELP),
+    saturated_at_least: float = typer.Option(0.8, "--saturated-at-least", help=_SATURATED_HELP),
+) -> None:
+    """Group rollouts into cells (family x difficulty x parameters, per student): pass rate with its Wilson interval, misbehaviour, cost and a verdict."""
+    from .insight.report import build_report, parse_by
+
+    try:
+        thresholds = _thresholds(pass_score, min_n, weak_at_most, saturated_at_least)
+        result = build_report(runs, by=parse_by(by), thresholds=thresholds)
+    except ProctorError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        raise typer.Exit(0)
+    split = len(result.students) > 1
+    table = Table(title=f"{result.scored} scored rollout(s) in {len(result.cells)} cell(s)")
+    cols = ["family", "difficulty", "params", *(["student"] if split else []), "n", "pass rate", "95% interval",
+            "mean score", "misbehaved", "tokens", "tool calls", "wall s", "infra", "verdict"]
+    for col in cols:
+        table.add_column(col)
+    style = {"weak": "red", "frontier": "yellow", "saturated": "green", "too_few": "dim"}
+    for c in result.cells:
+        kinds = ", ".join(f"{k} {v}" for k, v in c.misbehaviour_kinds.items())
+        row = [c.family or "*", "*" if c.difficulty is None else str(c.difficulty),
+               " ".join(f"{k}={json.dumps(v)}" for k, v in c.params.items()) or "-", *([c.student or "*"] if split else []),
+               str(c.n), f"{c.pass_rate:.2f}", f"{c.ci[0]:.2f}-{c.ci[1]:.2f}", f"{c.mean_score:.3f}",
+               f"{c.misbehaviour_rate:.2f}" + (f" ({kinds})" if kinds else ""), f"{c.mean_tokens:.0f}",
+               f"{c.mean_tool_calls:.1f}", f"{c.mean_wall_s:.1f}", str(c.infra_errors), f"[{style[c.verdict]}]{c.verdict}[/]"]
+        table.add_row(*row)
+    console.print(table)
+    if result.infra_errors:
+        console.print(f"{result.infra_errors} infra error(s) or abandoned rollout(s) excluded from every rate", highlight=False)
+    if result.unreadable:
+        console.print(f"[yellow]{result.unreadable} unreadable or foreign result file(s):[/yellow]", highlight=False)
+        for problem in result.problems:
+            console.print(f"  {problem.path}: {problem.reason}", highlight=False, markup=False)
+
+
 @app.command()
 def serve(
     env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
