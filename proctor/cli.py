@@ -114,7 +114,7 @@ def tasks(
     rows = [{"id": t.id, "kind": "task", "steps": len(t.steps), "oracle": t.oracle is not None, "description": t.description}
             for t in loaded.tasks.values()]
     rows += [{"id": f.id, "kind": "family", "difficulties": list(f.difficulties), "params": f.default_params,
-              "description": f.description} for f in loaded.families.values()]
+              "varies": {p.name: list(p.values) for p in f.params}, "description": f.description} for f in loaded.families.values()]
     if as_json:
         typer.echo(json.dumps(rows, indent=2, default=str))
         raise typer.Exit(0)
@@ -123,7 +123,7 @@ def tasks(
         table.add_column(col)
     for row in rows:
         details = (f"{row['steps']} step(s){', oracle' if row['oracle'] else ''}" if row["kind"] == "task"
-                   else f"difficulties {row['difficulties']}")
+                   else f"difficulties {row['difficulties']}" + "".join(f", {k} in {v}" for k, v in row["varies"].items()))
         table.add_row(row["id"], row["kind"], details, row["description"])
     console.print(table)
 
@@ -144,7 +144,8 @@ def _parse_params(items: list[str]) -> dict:
 @app.command()
 def run(
     env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
-    task: str = typer.Option(..., "--task", help="Task id, or family id (then --seed, --difficulty, --param)."),
+    task: str | None = typer.Option(None, "--task", help="Task id, or family id (then --seed, --difficulty, --param)."),
+    instances: str | None = typer.Option(None, "--instances", help="Instead of --task: run exactly the family instances of this file (one JSON object a line, as `proctor generate` writes), one rollout each."),
     agent: str = typer.Option(..., "--agent", help="script:PATH (a scripted-agent JSON file), oracle, null, or model:NAME."),
     out: str = typer.Option(..., "--out", help="Directory for OUT/<run_id>/result.json and transcript.jsonl."),
     n: int = typer.Option(1, "-n", min=1, help="Number of rollouts (a family gets seeds seed, seed+1, ...)."),
@@ -168,30 +169,45 @@ def run(
     from rich.progress import Progress
 
     from .harness import RolloutConfig
-    from .runner import run_many
+    from .runner import run_instances, run_many
 
     loaded = _load(env)
     try:
+        if (task is None) == (instances is None):
+            raise ConfigError("give either --task or --instances FILE")
+        if instances is not None and (param or difficulty is not None or n != 1 or seed != 0):
+            raise ConfigError("--instances FILE says each instance's seed, difficulty and parameters; drop -n, --seed, --difficulty and --param")
+        specs = None
+        if instances is not None:
+            from .insight.instances import read_instances
+
+            specs = read_instances(instances, loaded)
         params = _parse_params(param)
         config = RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value)
         _runtime_available(runtime)
         flags = {"provider": provider, "base_url": base_url, "api_key_env": api_key_env, "temperature": temperature,
                  "max_output_tokens": max_output_tokens, "token_data": token_data}
         model = _model_config(agent, model_config, flags)
-        if as_json or n == 1:
-            results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
-                               config=config, parallel=parallel, model=model)
+        total = len(specs) if specs is not None else n
+
+        def go(on_result=None):
+            if specs is not None:
+                return run_instances(loaded, specs, agent, out, config=config, parallel=parallel, on_result=on_result, model=model)
+            return run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
+                            config=config, parallel=parallel, on_result=on_result, model=model)
+
+        if as_json or total == 1:
+            results = go()
         else:
             with Progress(console=console, transient=True) as bar:
-                job = bar.add_task(f"{task} x{n}", total=n)
-                results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
-                                   config=config, parallel=parallel, on_result=lambda _r: bar.advance(job), model=model)
+                job = bar.add_task(f"{task or instances} x{total}", total=total)
+                results = go(lambda _r: bar.advance(job))
     except ProctorError as exc:
         _fail(exc)
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in results], indent=2))
     else:
-        table = Table(title=f"{task} with {agent}")
+        table = Table(title=f"{task or instances} with {agent}")
         for col in ("run", "status", "score", "reward", "misbehaviour", "time"):
             table.add_column(col)
         for r in results:
@@ -267,6 +283,63 @@ def report(
         console.print(f"[yellow]{result.unreadable} unreadable or foreign result file(s):[/yellow]", highlight=False)
         for problem in result.problems:
             console.print(f"  {problem.path}: {problem.reason}", highlight=False, markup=False)
+
+
+class Strategy(str, Enum):
+    targeted = "targeted"
+    uniform = "uniform"
+
+
+@app.command()
+def generate(
+    env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
+    family: str = typer.Option(..., "--family", help="Family id."),
+    runs: list[str] = typer.Option([], "--from", help="Run directories to aim by (repeatable; none: spread over the family's space)."),
+    n: int = typer.Option(..., "-n", min=0, help="Instances to generate (before the validity gate)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the plan: the same seed and runs give the same file."),
+    out: str = typer.Option(..., "--out", help="Instances file to write (JSON lines), for `proctor run --instances`."),
+    strategy: Strategy = typer.Option(Strategy.targeted, "--strategy", help="targeted: most at weak and frontier cells, saturated ones stepped up; uniform: the same share everywhere."),
+    validate: bool | None = typer.Option(None, "--validate/--no-validate", help="Gate each instance: its oracle must score the maximum and the null student the floor (real rollouts). Default: on when the family's instances have an oracle."),
+    gate_out: str | None = typer.Option(None, "--gate-out", help="Keep the gate's rollouts here (default: a temporary directory)."),
+    parallel: int = typer.Option(1, "-j", "--parallel", min=1, help="Gate rollouts at once."),
+    pass_score: float = typer.Option(1.0, "--pass-score", help=_PASS_HELP),
+    min_n: int = typer.Option(5, "--min-n", help=_MIN_N_HELP),
+    weak_at_most: float = typer.Option(0.2, "--weak-at-most", help=_WEAK_HELP),
+    saturated_at_least: float = typer.Option(0.8, "--saturated-at-least", help=_SATURATED_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan and the gate's verdicts as JSON."),
+    runtime: Runtime = _runtime_option(),
+) -> None:
+    """Write N new instance specs of a family, aimed by the report of earlier runs (weak and frontier cells first). Exit 1 if the gate rejected any."""
+    from .insight.generate import generate_instances
+
+    loaded = _load(env)
+    try:
+        thresholds = _thresholds(pass_score, min_n, weak_at_most, saturated_at_least)
+        if validate is not False:
+            _runtime_available(runtime)
+        made = generate_instances(loaded, family, runs, n=n, seed=seed, out=out, strategy=strategy.value, validate=validate,
+                                  gate_out=gate_out, thresholds=thresholds, parallel=parallel, runtime=runtime.value)
+    except ProctorError as exc:
+        _fail(exc)
+    rejected = [c for c in made.checked if not c.accepted]
+    if as_json:
+        typer.echo(made.model_dump_json(indent=2))
+        raise typer.Exit(1 if rejected else 0)
+    table = Table(title=f"{family}: {len(made.written)} instance(s) -> {out} ({made.plan.strategy})")
+    for col in ("difficulty", "params", "verdict", "pass rate", "n", "why", "instances"):
+        table.add_column(col)
+    for t in made.plan.targets:
+        table.add_row(str(t.difficulty), " ".join(f"{k}={json.dumps(v)}" for k, v in t.params.items()) or "-", t.verdict,
+                      "-" if t.pass_rate is None else f"{t.pass_rate:.2f}", str(t.n), "; ".join(t.why) or "-", str(t.count))
+    console.print(table)
+    for note in made.plan.notes:
+        console.print(f"note: {note}", highlight=False)
+    if made.validated is False:
+        console.print("not validated (--no-validate, or the family's instances have no oracle)", highlight=False)
+    for c in rejected:
+        console.print(f"[red]rejected[/red] seed {c.instance.seed} difficulty {c.instance.difficulty} {json.dumps(c.instance.params)}: {c.reason}",
+                      highlight=False)
+    raise typer.Exit(1 if rejected else 0)
 
 
 @app.command()
