@@ -343,6 +343,51 @@ def generate(
 
 
 @app.command()
+def curriculum(
+    env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
+    family: str = typer.Option(..., "--family", help="Family id."),
+    agent: str = typer.Option(..., "--agent", help="script:PATH, oracle, null, or model:NAME (with --model-config)."),
+    rounds: int = typer.Option(..., "--rounds", min=1, help="Rounds of generate, run, report."),
+    per_round: int = typer.Option(..., "--per-round", min=1, help="Instances generated per round (before the gate)."),
+    out: str = typer.Option(..., "--out", help="A new directory: OUT/round-NN/{instances.jsonl,runs,gate,report.json}, OUT/curriculum.json."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the plans."),
+    strategy: Strategy = typer.Option(Strategy.targeted, "--strategy", help="targeted or uniform (a baseline to compare with)."),
+    validate: bool | None = typer.Option(None, "--validate/--no-validate", help="Gate each generated instance (default: where the family has an oracle)."),
+    parallel: int = typer.Option(1, "-j", "--parallel", min=1, help="Rollouts at once."),
+    pass_score: float = typer.Option(1.0, "--pass-score", help=_PASS_HELP),
+    min_n: int = typer.Option(5, "--min-n", help=_MIN_N_HELP),
+    weak_at_most: float = typer.Option(0.2, "--weak-at-most", help=_WEAK_HELP),
+    saturated_at_least: float = typer.Option(0.8, "--saturated-at-least", help=_SATURATED_HELP),
+    penalty: float = typer.Option(0.0, "--penalty", min=0.0, help="Reward of a misbehaved rollout is minus this."),
+    model_config: str | None = typer.Option(None, "--model-config", help="model:NAME: a TOML or JSON run config (see docs/agents.md)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rounds as JSON."),
+    runtime: Runtime = _runtime_option(),
+) -> None:
+    """Close the loop: each round generates instances aimed by the earlier rounds, runs them with the student and keeps its report. Exit 1 on any infra error."""
+    from .harness import RolloutConfig
+    from .insight.curriculum import run_curriculum
+
+    loaded = _load(env)
+    try:
+        thresholds = _thresholds(pass_score, min_n, weak_at_most, saturated_at_least)
+        _runtime_available(runtime)
+        model = _model_config(agent, model_config, {})
+        config = RolloutConfig(misbehaviour_penalty=penalty, runtime=runtime.value)
+        show = None if as_json else (lambda r: console.print(
+            f"round {r.round}: {r.scored} scored, failure share {r.failure_share:.2f}, {r.rejected} rejected by the gate, "
+            f"{r.infra_errors} infra error(s)", highlight=False))
+        result = run_curriculum(loaded, family, agent, out, rounds=rounds, per_round=per_round, seed=seed, strategy=strategy.value,
+                                validate=validate, thresholds=thresholds, parallel=parallel, config=config, model=model, on_round=show)
+    except ProctorError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        console.print(f"rounds in {out}/round-NN/; `proctor report {out}` pools them, `--html` plots them", highlight=False)
+    raise typer.Exit(1 if any(r.infra_errors for r in result.rounds) else 0)
+
+
+@app.command()
 def serve(
     env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on; anything but loopback needs --token-env."),
