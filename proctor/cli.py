@@ -245,6 +245,7 @@ def report(
     runs: list[str] = typer.Argument(..., help="Run directories (any depth: a batch, a curriculum, a red-team run) or result.json files."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     by: str | None = typer.Option(None, "--by", help="Group by these, comma-separated: family, difficulty, params (the family's declared ones), student, or a parameter's name. Default: family,difficulty,params,student."),
+    html: str | None = typer.Option(None, "--html", help="Also write a self-contained HTML page with plots here (the plots extra); a curriculum directory adds its rounds."),
     pass_score: float = typer.Option(1.0, "--pass-score", help=_PASS_HELP),
     min_n: int = typer.Option(5, "--min-n", help=_MIN_N_HELP),
     weak_at_most: float = typer.Option(0.2, "--weak-at-most", help=_WEAK_HELP),
@@ -256,6 +257,12 @@ def report(
     try:
         thresholds = _thresholds(pass_score, min_n, weak_at_most, saturated_at_least)
         result = build_report(runs, by=parse_by(by), thresholds=thresholds)
+        if html:
+            from .insight.curriculum import read_curriculum
+            from .insight.html import write_html
+
+            rounds = next((c for c in map(read_curriculum, runs) if c is not None), None)
+            write_html(result, html, rounds)
     except ProctorError as exc:
         _fail(exc)
     if as_json:
@@ -283,6 +290,8 @@ def report(
         console.print(f"[yellow]{result.unreadable} unreadable or foreign result file(s):[/yellow]", highlight=False)
         for problem in result.problems:
             console.print(f"  {problem.path}: {problem.reason}", highlight=False, markup=False)
+    if html:
+        console.print(f"plots in {html}", highlight=False)
 
 
 class Strategy(str, Enum):

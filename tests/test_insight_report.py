@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from typer.testing import CliRunner
 
 from insight_results import write_known_outcomes, write_run
@@ -156,3 +157,31 @@ def test_proctor_report_prints_cells_as_json_and_a_table_naming_bad_files(tmp_pa
     assert res.exit_code == 0 and "too_few" in res.output and "foreign/result.json" in res.output
     res = runner.invoke(app, ["report", str(tmp_path), "--weak-at-most", "0.9"])
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "must be below" in res.output
+
+
+def test_report_html_is_one_self_contained_page_with_the_plots_and_every_cell(tmp_path):
+    write_known_outcomes(tmp_path / "runs")
+    write_run(tmp_path / "runs", params={"count": "<script>alert(1)</script>"}, status="misbehaved", score=0.0, kinds=("submission_symlink",))
+    page = tmp_path / "report.html"
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "runs"), "--html", str(page)])
+    assert res.exit_code == 0, res.output
+    text = page.read_text()
+    assert text.count("<svg") == 1 and "pass rate (Wilson interval)" in text and "misbehaviour rate" in text
+    assert "<script" not in text and "&lt;script&gt;" in text
+    assert "src=" not in text and "<link" not in text and 'href="http' not in text  # nothing fetched: it opens from disk
+    assert text.count("<tr>") == 1 + 4
+
+
+def test_report_html_of_a_curriculum_plots_its_rounds(tmp_path):
+    from proctor.insight.curriculum import SUMMARY, Curriculum, Round
+
+    write_known_outcomes(tmp_path / "round-01" / "runs", per_cell=2)
+    rounds = [Round(round=i, instances=4, rejected=0, scored=4, passes=2, failure_share=share, misbehaviour_rate=0.0,
+                    infra_errors=0, verdicts={}, directory=str(tmp_path)) for i, share in ((1, 0.5), (2, 0.75))]
+    (tmp_path / SUMMARY).write_text(Curriculum(family="sum", agent="script:m", rounds=rounds).model_dump_json())
+    res = CliRunner().invoke(app, ["report", str(tmp_path), "--html", str(tmp_path / "r.html")])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "r.html").read_text()
+    assert text.count("<svg") == 2 and "Curriculum: sum with script:m" in text and "failure share" in text
+    res = CliRunner().invoke(app, ["report", str(tmp_path), "--html", str(tmp_path / "no" / "r.html")])
+    assert res.exit_code == 2 and "does not exist" in res.output
