@@ -21,3 +21,4 @@ bench:
 	@.venv/bin/python bench/syscall_filter.py
 	@.venv/bin/python bench/covert.py
 	@.venv/bin/python bench/viewer.py
+	@.venv/bin/python bench/report.py
