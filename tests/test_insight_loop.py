@@ -12,6 +12,7 @@ from proctor.cli import app
 from proctor.insight.cells import Thresholds
 from proctor.insight.curriculum import read_curriculum, run_curriculum
 from proctor.insight.generate import generate_instances
+from proctor.insight.report import build_report
 from proctor.insight.validate import validate
 from proctor.runner import InstanceSpec
 from proctor.tasks import load_environment
@@ -61,6 +62,8 @@ def test_a_curriculum_keeps_each_round_and_aims_the_second_at_what_the_first_fai
     for r in (1, 2):
         assert {p.name for p in (out / f"round-0{r}").iterdir()} == {"instances.jsonl", "runs", "gate", "gate.json", "report.json"}
     assert read_curriculum(out) == result
+    assert build_report([out]).students == ["script:mediocre"]  # a curriculum stands for its student's rollouts
+    assert build_report([out / "round-01" / "gate"]).students == ["null", "oracle"]
     with pytest.raises(Exception, match="not empty"):
         run_curriculum(env, "sum", mediocre, out, rounds=1, per_round=1, backend=fake_backend)
 
@@ -68,12 +71,14 @@ def test_a_curriculum_keeps_each_round_and_aims_the_second_at_what_the_first_fai
 def test_on_the_real_sandbox_a_mediocre_student_fails_more_in_round_two(confinement, tmp_path, mediocre):
     out = tmp_path / "cur"
     res = CliRunner().invoke(app, ["curriculum", ENV, "--family", "sum", "--agent", mediocre, "--rounds", "2", "--per-round", "4",
-                                   "--out", str(out), "--min-n", "1", "--no-validate", "-j", "2", "--json"])
+                                   "--out", str(out), "--min-n", "1", "-j", "2", "--json"])
     assert res.exit_code == 0, res.output
     first, second = json.loads(res.output)["rounds"]
     assert first["failure_share"] == 0.5 and second["failure_share"] > first["failure_share"]
-    res = CliRunner().invoke(app, ["report", str(out), "--json", "--by", "family,difficulty,params"])
-    assert json.loads(res.output)["scored"] == 8
+    assert first["rejected"] == second["rejected"] == 0
+    assert len(list(out.glob("round-0*/gate/*/result.json"))) == 16  # every instance gated: oracle and null
+    report = json.loads(CliRunner().invoke(app, ["report", str(out), "--json"]).output)
+    assert report["scored"] == 8 and report["students"] == ["script:mediocre"]
 
 
 def test_on_the_real_sandbox_generate_gates_every_instance_and_names_the_rejected(confinement, tmp_path):

@@ -103,9 +103,11 @@ def parse_by(text: str | None) -> tuple[str, ...]:
 
 
 def result_files(paths: Iterable[str | Path]) -> Iterator[Path]:
-    """Every result.json under the given run directories (a rollout, a batch, a red-team run, a
-    curriculum: any depth), in a stable order; a file named directly is taken as it is. Symbolic
-    links are not followed, so a loop or a link out of the tree cannot make the walk endless."""
+    """Every result.json under the given run directories (a rollout, a batch, a red-team run: any
+    depth), in a stable order; a file named directly is taken as it is. A curriculum directory
+    (with curriculum.json) stands for its student's rollouts, round-NN/runs: its gate's oracle and
+    null rollouts are reported only when their directory is named. Symbolic links are not
+    followed, so a loop or a link out of the tree cannot make the walk endless."""
     for given in paths:
         path = Path(given)
         if path.is_file():
@@ -113,10 +115,14 @@ def result_files(paths: Iterable[str | Path]) -> Iterator[Path]:
             continue
         if not path.is_dir():
             raise ConfigError(f"{given}: no such run directory or result file")
-        for root, dirs, files in os.walk(path, followlinks=False):
-            dirs.sort()
-            if "result.json" in files:
-                yield Path(root) / "result.json"
+        tops = [path]
+        if (path / "curriculum.json").is_file():
+            tops = sorted(p / "runs" for p in path.glob("round-*") if (p / "runs").is_dir() and not (p / "runs").is_symlink())
+        for top in tops:
+            for root, dirs, files in os.walk(top, followlinks=False):
+                dirs.sort()
+                if "result.json" in files:
+                    yield Path(root) / "result.json"
 
 
 def _read(path: Path) -> _Digest | str:
