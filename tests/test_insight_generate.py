@@ -63,6 +63,21 @@ def test_the_space_comes_from_the_family_declaration(env):
     assert points(env.families["flawed"]) == [(1, {"flaw": "none"}), (1, {"flaw": "oracle"}), (1, {"flaw": "judge"})]
 
 
+def test_a_family_declares_only_parameters_it_can_set_each_value_once(env):
+    from pydantic import ValidationError
+
+    from proctor import Family
+    from proctor.tasks import ParamSpace
+
+    make = env.families["sum"].make
+    with pytest.raises(ValidationError, match="declared parameter\\(s\\) size missing from default_params"):
+        Family(id="f", make=make, params=(ParamSpace(name="size", values=(1, 2)),))
+    with pytest.raises(ValidationError, match="listed twice"):
+        ParamSpace(name="size", values=(1, 1))
+    listed = json.loads(CliRunner().invoke(app, ["tasks", ENV, "--json"]).output)
+    assert {row["id"]: row["varies"] for row in listed} == {"sum": {"count": [2, 8]}, "flawed": {"flaw": ["none", "oracle", "judge"]}}
+
+
 def test_generated_instances_land_on_unsolved_cells_and_step_the_saturated_one_up(env, tmp_path):
     _known_runs(tmp_path)
     made = _plan(env, tmp_path, n=12, seed=7)
