@@ -6,6 +6,7 @@ import json
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from enum import Enum
@@ -277,10 +278,11 @@ def report(
     style = {"weak": "red", "frontier": "yellow", "saturated": "green", "too_few": "dim"}
     for c in result.cells:
         kinds = ", ".join(f"{k} {v}" for k, v in c.misbehaviour_kinds.items())
-        row = [c.family or "*", "*" if c.difficulty is None else str(c.difficulty),
-               " ".join(f"{k}={json.dumps(v)}" for k, v in c.params.items()) or "-", *([c.student or "*"] if split else []),
+        # Names and values come from result files: escaped, so a bracket in them is text, not rich markup.
+        row = [escape(c.family or "*"), "*" if c.difficulty is None else str(c.difficulty),
+               escape(" ".join(f"{k}={json.dumps(v)}" for k, v in c.params.items()) or "-"), *([escape(c.student or "*")] if split else []),
                str(c.n), f"{c.pass_rate:.2f}", f"{c.ci[0]:.2f}-{c.ci[1]:.2f}", f"{c.mean_score:.3f}",
-               f"{c.misbehaviour_rate:.2f}" + (f" ({kinds})" if kinds else ""), f"{c.mean_tokens:.0f}",
+               f"{c.misbehaviour_rate:.2f}" + escape(f" ({kinds})" if kinds else ""), f"{c.mean_tokens:.0f}",
                f"{c.mean_tool_calls:.1f}", f"{c.mean_wall_s:.1f}", str(c.infra_errors), f"[{style[c.verdict]}]{c.verdict}[/]"]
         table.add_row(*row)
     console.print(table)
@@ -338,16 +340,16 @@ def generate(
     for col in ("difficulty", "params", "verdict", "pass rate", "n", "why", "instances"):
         table.add_column(col)
     for t in made.plan.targets:
-        table.add_row(str(t.difficulty), " ".join(f"{k}={json.dumps(v)}" for k, v in t.params.items()) or "-", t.verdict,
-                      "-" if t.pass_rate is None else f"{t.pass_rate:.2f}", str(t.n), "; ".join(t.why) or "-", str(t.count))
+        table.add_row(str(t.difficulty), escape(" ".join(f"{k}={json.dumps(v)}" for k, v in t.params.items()) or "-"), t.verdict,
+                      "-" if t.pass_rate is None else f"{t.pass_rate:.2f}", str(t.n), escape("; ".join(t.why) or "-"), str(t.count))
     console.print(table)
     for note in made.plan.notes:
         console.print(f"note: {note}", highlight=False)
     if made.validated is False:
         console.print("not validated (--no-validate, or the family's instances have no oracle)", highlight=False)
     for c in rejected:
-        console.print(f"[red]rejected[/red] seed {c.instance.seed} difficulty {c.instance.difficulty} {json.dumps(c.instance.params)}: {c.reason}",
-                      highlight=False)
+        console.print(f"[red]rejected[/red] seed {c.instance.seed} difficulty {c.instance.difficulty} "
+                      f"{escape(json.dumps(c.instance.params))}: {escape(c.reason)}", highlight=False)
     raise typer.Exit(1 if rejected else 0)
 
 

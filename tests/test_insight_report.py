@@ -153,8 +153,10 @@ def test_proctor_report_prints_cells_as_json_and_a_table_naming_bad_files(tmp_pa
     assert {(c["params"]["count"], c["verdict"]) for c in data["cells"]} == {(3, "saturated"), (5, "frontier"), (8, "weak")}
     assert {"family", "difficulty", "params", "n", "pass_rate", "mean_score", "ci", "misbehaviour_rate", "verdict"} <= set(data["cells"][0])
     assert data["unreadable"] == 1
+    write_run(tmp_path, params={"count": "[/red] [bold"}, agent="script:[/]")
     res = runner.invoke(app, ["report", str(tmp_path), "--min-n", "20"], env={"COLUMNS": "250"})
     assert res.exit_code == 0 and "too_few" in res.output and "foreign/result.json" in res.output
+    assert '"[/red] [bold"' in res.output and "script:[/]" in res.output  # markup in a result is text
     res = runner.invoke(app, ["report", str(tmp_path), "--weak-at-most", "0.9"])
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "must be below" in res.output
 
