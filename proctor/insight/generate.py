@@ -43,7 +43,7 @@ Strategy = Literal["targeted", "uniform"]
 STRATEGIES: tuple[str, ...] = ("targeted", "uniform")
 WEIGHT = {"weak": 3, "frontier": 3, "too_few": 1, "unseen": 1, "saturated": 0}
 NEIGHBOUR = 2
-SEED_SPAN = 1 << 31
+SEED_WINDOW = 1000  # fresh seeds are drawn from the next max(SEED_WINDOW, 10 N) above the largest seen
 
 
 class Target(BaseModel):
@@ -133,7 +133,9 @@ def plan(family: Family, report: Report, *, n: int, seed: int, strategy: Strateg
         target.count = count
     base = report.max_seed.get(family.id, -1) + 1
     rng = random.Random(f"proctor-generate/{family.id}/{seed}")
-    seeds = rng.sample(range(base, base + SEED_SPAN), sum(counts))
+    # Small seeds, just above the runs' own: some generators hand the seed to numpy's legacy
+    # RandomState, which refuses anything from 2**32 up, and a curriculum adds a window per round.
+    seeds = rng.sample(range(base, base + max(SEED_WINDOW, 10 * sum(counts))), sum(counts))
     # Round robin over the targets, so the first lines of the file are already spread over them.
     slots = [target for round_ in range(max(counts, default=0)) for target in ordered if target.count > round_]
     specs = [InstanceSpec(family=family.id, seed=s, difficulty=t.difficulty, params=dict(t.params),
