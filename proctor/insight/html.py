@@ -70,7 +70,7 @@ def _cells_plot(plt, cells: Sequence[Cell]) -> str:
     left.grid(axis="x", alpha=0.3)
     for verdict, colour in COLOURS.items():
         left.plot([], [], "o", color=colour, label=verdict)
-    left.legend(loc="lower right", fontsize=8, frameon=True)
+    left.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=4, fontsize=8, frameon=False)  # above: never over a point
     right.set_xlim(0, 1)
     right.set_xlabel("misbehaviour rate")
     right.grid(axis="x", alpha=0.3)
