@@ -179,3 +179,21 @@ def test_proctor_generate_writes_the_planned_instances_and_names_an_unknown_fami
     assert res.exit_code == 0 and "stepped up from saturated difficulty 1" in res.output
     res = CliRunner().invoke(app, ["generate", ENV, "--family", "nope", "-n", "1", "--out", str(out)])
     assert res.exit_code == 2 and res.output.strip() == f"error: {ENV}: unknown family 'nope'; known: flawed, sum"
+
+
+def test_a_shipped_family_is_aimed_by_its_own_declaration(tmp_path):
+    """fast-kernel declares `kernel`; nothing in insight knows it. A student that masters softmax at
+    every difficulty and never manages conv1d gets conv1d instances first, no softmax (there is
+    nothing harder to step up to), and a look at the kernels it never ran."""
+    kernels = load_environment(str(Path(__file__).parents[1] / "examples" / "fast_kernels"))
+    family = kernels.families["fast-kernel"]
+    for difficulty in family.difficulties:
+        for i in range(5):
+            write_run(tmp_path, family="fast-kernel", difficulty=difficulty, params={"kernel": "softmax"}, varied=("kernel",), score=1.0)
+            write_run(tmp_path, family="fast-kernel", difficulty=difficulty, params={"kernel": "conv1d"}, varied=("kernel",), score=0.0)
+    made = plan(family, build_report([tmp_path], by=report_by(family), family="fast-kernel"), n=20, seed=0)
+    by_kernel = Counter(s.params["kernel"] for s in made.instances)
+    assert by_kernel["softmax"] == 0 and by_kernel["conv1d"] > by_kernel["layer_norm"] == by_kernel["linear_scan"] > 0
+    assert made.notes == [f"difficulty {max(family.difficulties)} kernel='softmax' is saturated at the hardest difficulty: nothing harder to step up to"]
+    path = write_instances(made.instances, tmp_path / "k.jsonl")
+    assert read_instances(path, kernels) == made.instances

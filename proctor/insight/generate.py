@@ -9,8 +9,8 @@ seed above every seed the runs used:
   with the same parameters (a rung it can learn from), or all 3 there at the lowest difficulty;
 - frontier: 3 (mixed outcomes are where RL learns most);
 - too_few, or never run: 1 (look before aiming);
-- saturated: 0 there, and 2 at the next harder difficulty with the same parameters (nothing when it
-  is already the hardest: said in the plan's notes).
+- saturated: 0 there, and 2 at the next harder difficulty with the same parameters that is not
+  saturated too (nothing when there is none: the plan's notes say so).
 
 `uniform` gives every point the same weight (a baseline, and what a first round uses anyway when
 there are no runs yet). The plan is a pure function of the family's declaration, the report, N and
@@ -109,11 +109,13 @@ def plan(family: Family, report: Report, *, n: int, seed: int, strategy: Strateg
         verdict = target.verdict
         index = difficulties.index(difficulty)
         if verdict == "saturated":
-            if index + 1 < len(difficulties):
-                harder = targets[(difficulties[index + 1], key)]
+            # Up to the next harder difficulty the student has not mastered too (a saturated rung
+            # teaches no more than this one).
+            harder = next((targets[(d, key)] for d in difficulties[index + 1:] if targets[(d, key)].verdict != "saturated"), None)
+            if harder is not None:
                 harder.weight += NEIGHBOUR
                 harder.why.append(f"stepped up from saturated difficulty {difficulty}")
-            else:
+            elif index + 1 == len(difficulties):
                 notes.append(f"{_describe(target)} is saturated at the hardest difficulty: nothing harder to step up to")
         elif verdict == "weak" and target.pass_rate == 0 and index > 0:
             target.weight += NEIGHBOUR
