@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -130,11 +131,19 @@ def test_unreadable_and_foreign_result_files_are_counted_and_named_not_fatal(tmp
     (tmp_path / "foreign" / "result.json").write_text(json.dumps({"accuracy": 0.9}))
     (tmp_path / "binary").mkdir()
     (tmp_path / "binary" / "result.json").write_bytes(b"\xff\xfe\x00garbage")
+    for name in ("fifo", "huge", "link"):
+        (tmp_path / name).mkdir()
+    os.mkfifo(tmp_path / "fifo" / "result.json")  # reading it would block forever
+    with open(tmp_path / "huge" / "result.json", "wb") as f:
+        f.truncate(64 << 20)  # sparse: costs no disk
+    (tmp_path / "link" / "result.json").symlink_to(next(tmp_path.glob("sum-*/result.json")))
     report = build_report([tmp_path])
-    assert report.results == 15 and report.unreadable == 3
+    assert report.results == 15 and report.unreadable == 6
     reasons = {p.path.split("/")[-2]: p.reason for p in report.problems}
     assert reasons["torn"] == "not JSON" and reasons["binary"] == "not JSON"
     assert reasons["foreign"].startswith("not a Proctor result (run_id: Field required")
+    assert (reasons["fifo"], reasons["huge"], reasons["link"]) == (
+        "not a regular file", "larger than 16 MiB: not a result", "a symbolic link: not followed")
 
 
 def test_a_missing_run_directory_is_one_line_error(tmp_path):

@@ -7,8 +7,10 @@ JSON, or not a Proctor result, is counted and named (the first few), never a cra
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from .cells import Cell, CellStats, Thresholds
 DIMENSIONS = ("family", "difficulty", "params", "student")
 DEFAULT_BY = DIMENSIONS
 NAMED_PROBLEMS = 20  # unreadable files named in a report; the rest are only counted
+MAX_RESULT_BYTES = 16 << 20  # a rollout's result.json is kilobytes (transcripts live beside it)
 
 
 class _Loose(BaseModel):
@@ -126,11 +129,31 @@ def result_files(paths: Iterable[str | Path]) -> Iterator[Path]:
 
 
 def _read(path: Path) -> _Digest | str:
-    """The digest, or why the file is not a readable Proctor result."""
+    """The digest, or why the file is not a readable Proctor result. Opened without following a
+    link and without blocking, and checked to be a regular file of sane size before it is read: a
+    FIFO called result.json would otherwise hang the report, and a huge file would fill memory."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        return "a symbolic link: not followed" if exc.errno == errno.ELOOP else f"unreadable: {exc.strerror or exc}"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return "not a regular file"
+        if info.st_size > MAX_RESULT_BYTES:
+            return f"larger than {MAX_RESULT_BYTES >> 20} MiB: not a result"
+        chunks, size = [], 0
+        while size <= MAX_RESULT_BYTES:
+            chunk = os.read(fd, info.st_size + 1 - size if size < info.st_size else 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
     except OSError as exc:
         return f"unreadable: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
     try:
         return _Digest.model_validate_json(data)
     except ValidationError as exc:
