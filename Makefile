@@ -7,7 +7,7 @@ demo: setup
 	@.venv/bin/proctor demo
 
 test:
-	@PROCTOR_EXTRAS=test,serve,view,trainers bash scripts/setup.sh
+	@PROCTOR_EXTRAS=test,serve,view,trainers,plots bash scripts/setup.sh
 	@.venv/bin/python -m pytest -q
 
 bench:
@@ -21,3 +21,4 @@ bench:
 	@.venv/bin/python bench/syscall_filter.py
 	@.venv/bin/python bench/covert.py
 	@.venv/bin/python bench/viewer.py
+	@.venv/bin/python bench/report.py

@@ -6,6 +6,7 @@ import json
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from enum import Enum
@@ -114,7 +115,7 @@ def tasks(
     rows = [{"id": t.id, "kind": "task", "steps": len(t.steps), "oracle": t.oracle is not None, "description": t.description}
             for t in loaded.tasks.values()]
     rows += [{"id": f.id, "kind": "family", "difficulties": list(f.difficulties), "params": f.default_params,
-              "description": f.description} for f in loaded.families.values()]
+              "varies": {p.name: list(p.values) for p in f.params}, "description": f.description} for f in loaded.families.values()]
     if as_json:
         typer.echo(json.dumps(rows, indent=2, default=str))
         raise typer.Exit(0)
@@ -123,7 +124,7 @@ def tasks(
         table.add_column(col)
     for row in rows:
         details = (f"{row['steps']} step(s){', oracle' if row['oracle'] else ''}" if row["kind"] == "task"
-                   else f"difficulties {row['difficulties']}")
+                   else f"difficulties {row['difficulties']}" + "".join(f", {k} in {v}" for k, v in row["varies"].items()))
         table.add_row(row["id"], row["kind"], details, row["description"])
     console.print(table)
 
@@ -144,7 +145,8 @@ def _parse_params(items: list[str]) -> dict:
 @app.command()
 def run(
     env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
-    task: str = typer.Option(..., "--task", help="Task id, or family id (then --seed, --difficulty, --param)."),
+    task: str | None = typer.Option(None, "--task", help="Task id, or family id (then --seed, --difficulty, --param)."),
+    instances: str | None = typer.Option(None, "--instances", help="Instead of --task: run exactly the family instances of this file (one JSON object a line, as `proctor generate` writes), one rollout each."),
     agent: str = typer.Option(..., "--agent", help="script:PATH (a scripted-agent JSON file), oracle, null, or model:NAME."),
     out: str = typer.Option(..., "--out", help="Directory for OUT/<run_id>/result.json and transcript.jsonl."),
     n: int = typer.Option(1, "-n", min=1, help="Number of rollouts (a family gets seeds seed, seed+1, ...)."),
@@ -170,7 +172,7 @@ def run(
 
     from .harness import RolloutConfig
     from .progress import BatchProgress
-    from .runner import run_many
+    from .runner import run_instances, run_many
 
     loaded = _load(env)
     plans = []
@@ -191,22 +193,38 @@ def run(
                 bars[0].advance(result)
 
         try:
+            if (task is None) == (instances is None):
+                raise ConfigError("give either --task or --instances FILE")
+            if instances is not None and (param or difficulty is not None or n != 1 or seed != 0):
+                raise ConfigError("--instances FILE says each instance's seed, difficulty and parameters; drop -n, --seed, --difficulty and --param")
+            if instances is not None and resume:
+                raise ConfigError("--resume finishes a --task batch; an --instances run is not one (run the file's remaining lines instead)")
+            specs = None
+            if instances is not None:
+                from .insight.instances import read_instances
+
+                specs = read_instances(instances, loaded)
             params = _parse_params(param)
             config = RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value)
             _runtime_available(runtime)
             flags = {"provider": provider, "base_url": base_url, "api_key_env": api_key_env, "temperature": temperature,
                      "max_output_tokens": max_output_tokens, "token_data": token_data}
             model = _model_config(agent, model_config, flags)
-            results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
-                               config=config, parallel=parallel, model=model, resume=resume, on_plan=planned,
-                               on_result=finished)
+            if specs is not None:
+                if not as_json and len(specs) > 1:
+                    bars.append(stack.enter_context(BatchProgress(console, f"{instances} x{len(specs)}", len(specs), 0)))
+                results = run_instances(loaded, specs, agent, out, config=config, parallel=parallel, on_result=finished, model=model)
+            else:
+                results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
+                                   config=config, parallel=parallel, model=model, resume=resume, on_plan=planned,
+                                   on_result=finished)
         except ProctorError as exc:
             stack.close()
             _fail(exc)
     if as_json:
         typer.echo(json.dumps([r.model_dump(mode="json") for r in results], indent=2))
     else:
-        table = Table(title=f"{task} with {agent}")
+        table = Table(title=f"{task or instances} with {agent}")
         table.add_column("run", overflow="fold")  # whole: a batch's run ids differ only in their last part, the index
         for col in ("status", "score", "reward", "misbehaviour", "time"):
             table.add_column(col)
@@ -232,6 +250,181 @@ def _counts(results, plan) -> str:
     if plan is not None and plan.resumed:
         line += f" ({len(plan.finished)} finished before this resume, {len(results) - len(plan.finished)} run now)"
     return line
+
+
+def _thresholds(pass_score: float, min_n: int, weak_at_most: float, saturated_at_least: float):
+    from pydantic import ValidationError
+
+    from .errors import describe_error
+    from .insight import Thresholds
+
+    try:
+        return Thresholds(pass_score=pass_score, min_n=min_n, weak_at_most=weak_at_most, saturated_at_least=saturated_at_least)
+    except ValidationError as exc:
+        raise ConfigError(f"thresholds: {describe_error(exc)}") from None
+
+
+_PASS_HELP = "Score a completed rollout needs to pass."
+_MIN_N_HELP = "Fewest scored rollouts in a cell for a verdict (else too_few)."
+_WEAK_HELP = "Pass rate at or below which a cell is weak."
+_SATURATED_HELP = "Pass rate at or above which a cell is saturated."
+
+
+@app.command()
+def report(
+    runs: list[str] = typer.Argument(..., help="Run directories (any depth: a batch, a curriculum, a red-team run) or result.json files."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    by: str | None = typer.Option(None, "--by", help="Group by these, comma-separated: family, difficulty, params (the family's declared ones), student, or a parameter's name. Default: family,difficulty,params,student."),
+    html: str | None = typer.Option(None, "--html", help="Also write a self-contained HTML page with plots here (the plots extra); a curriculum directory adds its rounds."),
+    pass_score: float = typer.Option(1.0, "--pass-score", help=_PASS_HELP),
+    min_n: int = typer.Option(5, "--min-n", help=_MIN_N_HELP),
+    weak_at_most: float = typer.Option(0.2, "--weak-at-most", help=_WEAK_HELP),
+    saturated_at_least: float = typer.Option(0.8, "--saturated-at-least", help=_SATURATED_HELP),
+) -> None:
+    """Group rollouts into cells (family x difficulty x parameters, per student): pass rate with its Wilson interval, misbehaviour, cost and a verdict."""
+    from .insight.report import build_report, parse_by
+
+    try:
+        thresholds = _thresholds(pass_score, min_n, weak_at_most, saturated_at_least)
+        result = build_report(runs, by=parse_by(by), thresholds=thresholds)
+        if html:
+            from .insight.curriculum import read_curriculum
+            from .insight.html import write_html
+
+            rounds = next((c for c in map(read_curriculum, runs) if c is not None), None)
+            write_html(result, html, rounds)
+    except ProctorError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        raise typer.Exit(0)
+    split = len(result.students) > 1
+    table = Table(title=f"{result.scored} scored rollout(s) in {len(result.cells)} cell(s)")
+    cols = ["family", "difficulty", "params", *(["student"] if split else []), "n", "pass rate", "95% interval",
+            "mean score", "misbehaved", "tokens", "tool calls", "wall s", "infra", "verdict"]
+    for col in cols:
+        table.add_column(col)
+    style = {"weak": "red", "frontier": "yellow", "saturated": "green", "too_few": "dim"}
+    for c in result.cells:
+        kinds = ", ".join(f"{k} {v}" for k, v in c.misbehaviour_kinds.items())
+        # Names and values come from result files: escaped, so a bracket in them is text, not rich markup.
+        row = [escape(c.family or "*"), "*" if c.difficulty is None else str(c.difficulty),
+               escape(" ".join(f"{k}={json.dumps(v)}" for k, v in c.params.items()) or "-"), *([escape(c.student or "*")] if split else []),
+               str(c.n), f"{c.pass_rate:.2f}", f"{c.ci[0]:.2f}-{c.ci[1]:.2f}", f"{c.mean_score:.3f}",
+               f"{c.misbehaviour_rate:.2f}" + escape(f" ({kinds})" if kinds else ""), f"{c.mean_tokens:.0f}",
+               f"{c.mean_tool_calls:.1f}", f"{c.mean_wall_s:.1f}", str(c.infra_errors), f"[{style[c.verdict]}]{c.verdict}[/]"]
+        table.add_row(*row)
+    console.print(table)
+    if result.infra_errors:
+        console.print(f"{result.infra_errors} infra error(s) or abandoned rollout(s) excluded from every rate", highlight=False)
+    if result.unreadable:
+        console.print(f"[yellow]{result.unreadable} unreadable or foreign result file(s):[/yellow]", highlight=False)
+        for problem in result.problems:
+            console.print(f"  {problem.path}: {problem.reason}", highlight=False, markup=False)
+    if html:
+        console.print(f"plots in {html}", highlight=False)
+
+
+class Strategy(str, Enum):
+    targeted = "targeted"
+    uniform = "uniform"
+
+
+@app.command()
+def generate(
+    env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
+    family: str = typer.Option(..., "--family", help="Family id."),
+    runs: list[str] = typer.Option([], "--from", help="Run directories to aim by (repeatable; none: spread over the family's space)."),
+    n: int = typer.Option(..., "-n", min=0, help="Instances to generate (before the validity gate)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the plan: the same seed and runs give the same file."),
+    out: str = typer.Option(..., "--out", help="Instances file to write (JSON lines), for `proctor run --instances`."),
+    strategy: Strategy = typer.Option(Strategy.targeted, "--strategy", help="targeted: most at weak and frontier cells, saturated ones stepped up; uniform: the same share everywhere."),
+    validate: bool | None = typer.Option(None, "--validate/--no-validate", help="Gate each instance: its oracle must score the maximum and the null student the floor (real rollouts). Default: on when the family's instances have an oracle."),
+    gate_out: str | None = typer.Option(None, "--gate-out", help="Keep the gate's rollouts here (default: a temporary directory)."),
+    parallel: int = typer.Option(1, "-j", "--parallel", min=1, help="Gate rollouts at once."),
+    pass_score: float = typer.Option(1.0, "--pass-score", help=_PASS_HELP),
+    min_n: int = typer.Option(5, "--min-n", help=_MIN_N_HELP),
+    weak_at_most: float = typer.Option(0.2, "--weak-at-most", help=_WEAK_HELP),
+    saturated_at_least: float = typer.Option(0.8, "--saturated-at-least", help=_SATURATED_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan and the gate's verdicts as JSON."),
+    runtime: Runtime = _runtime_option(),
+) -> None:
+    """Write N new instance specs of a family, aimed by the report of earlier runs (weak and frontier cells first). Exit 1 if the gate rejected any."""
+    from .insight.generate import generate_instances
+
+    loaded = _load(env)
+    try:
+        thresholds = _thresholds(pass_score, min_n, weak_at_most, saturated_at_least)
+        if validate is not False:
+            _runtime_available(runtime)
+        made = generate_instances(loaded, family, runs, n=n, seed=seed, out=out, strategy=strategy.value, validate=validate,
+                                  gate_out=gate_out, thresholds=thresholds, parallel=parallel, runtime=runtime.value)
+    except ProctorError as exc:
+        _fail(exc)
+    rejected = [c for c in made.checked if not c.accepted]
+    if as_json:
+        typer.echo(made.model_dump_json(indent=2))
+        raise typer.Exit(1 if rejected else 0)
+    table = Table(title=f"{family}: {len(made.written)} instance(s) -> {out} ({made.plan.strategy})")
+    for col in ("difficulty", "params", "verdict", "pass rate", "n", "why", "instances"):
+        table.add_column(col)
+    for t in made.plan.targets:
+        table.add_row(str(t.difficulty), escape(" ".join(f"{k}={json.dumps(v)}" for k, v in t.params.items()) or "-"), t.verdict,
+                      "-" if t.pass_rate is None else f"{t.pass_rate:.2f}", str(t.n), escape("; ".join(t.why) or "-"), str(t.count))
+    console.print(table)
+    for note in made.plan.notes:
+        console.print(f"note: {note}", highlight=False)
+    if made.validated is False:
+        console.print("not validated (--no-validate, or the family's instances have no oracle)", highlight=False)
+    for c in rejected:
+        console.print(f"[red]rejected[/red] seed {c.instance.seed} difficulty {c.instance.difficulty} "
+                      f"{escape(json.dumps(c.instance.params))}: {escape(c.reason)}", highlight=False)
+    raise typer.Exit(1 if rejected else 0)
+
+
+@app.command()
+def curriculum(
+    env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
+    family: str = typer.Option(..., "--family", help="Family id."),
+    agent: str = typer.Option(..., "--agent", help="script:PATH, oracle, null, or model:NAME (with --model-config)."),
+    rounds: int = typer.Option(..., "--rounds", min=1, help="Rounds of generate, run, report."),
+    per_round: int = typer.Option(..., "--per-round", min=1, help="Instances generated per round (before the gate)."),
+    out: str = typer.Option(..., "--out", help="A new directory: OUT/round-NN/{instances.jsonl,runs,gate,report.json}, OUT/curriculum.json."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the plans."),
+    strategy: Strategy = typer.Option(Strategy.targeted, "--strategy", help="targeted or uniform (a baseline to compare with)."),
+    validate: bool | None = typer.Option(None, "--validate/--no-validate", help="Gate each generated instance (default: where the family has an oracle)."),
+    parallel: int = typer.Option(1, "-j", "--parallel", min=1, help="Rollouts at once."),
+    pass_score: float = typer.Option(1.0, "--pass-score", help=_PASS_HELP),
+    min_n: int = typer.Option(5, "--min-n", help=_MIN_N_HELP),
+    weak_at_most: float = typer.Option(0.2, "--weak-at-most", help=_WEAK_HELP),
+    saturated_at_least: float = typer.Option(0.8, "--saturated-at-least", help=_SATURATED_HELP),
+    penalty: float = typer.Option(0.0, "--penalty", min=0.0, help="Reward of a misbehaved rollout is minus this."),
+    model_config: str | None = typer.Option(None, "--model-config", help="model:NAME: a TOML or JSON run config (see docs/agents.md)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rounds as JSON."),
+    runtime: Runtime = _runtime_option(),
+) -> None:
+    """Close the loop: each round generates instances aimed by the earlier rounds, runs them with the student and keeps its report. Exit 1 on any infra error."""
+    from .harness import RolloutConfig
+    from .insight.curriculum import run_curriculum
+
+    loaded = _load(env)
+    try:
+        thresholds = _thresholds(pass_score, min_n, weak_at_most, saturated_at_least)
+        _runtime_available(runtime)
+        model = _model_config(agent, model_config, {})
+        config = RolloutConfig(misbehaviour_penalty=penalty, runtime=runtime.value)
+        show = None if as_json else (lambda r: console.print(
+            f"round {r.round}: {r.scored} scored, failure share {r.failure_share:.2f}, {r.rejected} rejected by the gate, "
+            f"{r.infra_errors} infra error(s)", highlight=False))
+        result = run_curriculum(loaded, family, agent, out, rounds=rounds, per_round=per_round, seed=seed, strategy=strategy.value,
+                                validate=validate, thresholds=thresholds, parallel=parallel, config=config, model=model, on_round=show)
+    except ProctorError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        console.print(f"rounds in {out}/round-NN/; `proctor report {out}` pools them, `--html` plots them", highlight=False)
+    raise typer.Exit(1 if any(r.infra_errors for r in result.rounds) else 0)
 
 
 @app.command()

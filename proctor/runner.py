@@ -6,18 +6,58 @@ result is written as soon as its rollout ends, so an interrupted batch keeps wha
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from .agents.model_config import ModelConfig
 from .agents.scripted import make_agent
 from .batches import BatchPlan, batch_spec, open_batch
+from .errors import ConfigError
 from .harness import RolloutConfig, run_rollout
 from .results import RolloutResult
 from .sandbox import SandboxBackend
 from .tasks.loading import Environment, resolved
+
+
+class InstanceSpec(BaseModel):
+    """One family instance to run: a line of an instances file (`proctor generate --out`,
+    `proctor run --instances`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    family: str = Field(description="Family id in the environment.")
+    seed: int
+    difficulty: int | None = Field(None, description="None: the family's first difficulty.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Family parameters (keys of its default_params).")
+    why: str | None = Field(None, description="What `proctor generate` aimed it at (a cell and its verdict); not used to run it.")
+
+
+def check_instances(env: Environment, specs: Sequence[InstanceSpec]) -> None:
+    """Refuse the whole list if any instance names an unknown family, difficulty, parameter or a
+    value the family does not declare: nothing runs, and the error names the instance."""
+    for i, spec in enumerate(specs):
+        problem = instance_problem(env, spec)
+        if problem:
+            raise ConfigError(f"instance {i + 1}: {problem}")
+
+
+def instance_problem(env: Environment, spec: InstanceSpec) -> str | None:
+    family = env.families.get(spec.family)
+    if family is None:
+        return f"unknown family {spec.family!r}; known: {', '.join(sorted(env.families)) or 'none'}"
+    if spec.difficulty is not None and spec.difficulty not in family.difficulties:
+        return f"family {family.id!r}: difficulty {spec.difficulty} is not one of {list(family.difficulties)}"
+    for name, value in spec.params.items():
+        if name not in family.default_params:
+            return f"family {family.id!r}: unknown parameter {name!r}; known: {', '.join(sorted(family.default_params)) or 'none'}"
+        declared = {p.name: p for p in family.params}.get(name)
+        if declared is not None and value not in declared.values and value != family.default_params[name]:
+            return f"family {family.id!r}: parameter {name!r} is {value!r}, not one of {list(declared.values)}"
+    return None
 
 
 def run_many(
@@ -64,10 +104,46 @@ def run_many(
             return result
 
         todo = plan.todo
-        if parallel <= 1 or len(todo) <= 1:
-            ran = [one(i) for i in todo]
-        else:
-            with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="proctor-rollout") as pool:
-                ran = list(pool.map(one, todo))
+        ran = _each(one, todo, parallel)
         by_index = {**plan.finished, **dict(zip(todo, ran))}
         return [by_index[i] for i in range(n)]
+
+
+def run_instances(
+    env: Environment,
+    specs: Sequence[InstanceSpec],
+    agent_spec: str,
+    out_dir: str | Path,
+    *,
+    config: RolloutConfig | None = None,
+    parallel: int = 1,
+    on_result: Callable[[RolloutResult], None] | None = None,
+    model: ModelConfig | None = None,
+    backend: SandboxBackend | None = None,
+) -> list[RolloutResult]:
+    """Run exactly these family instances, one rollout each, in order of the list (results come
+    back in the same order). Every instance is checked, and the agent built once, before any runs.
+    `backend` overrides `config.runtime` (tests hand in the fake)."""
+    check_instances(env, specs)
+    if not specs:
+        return []
+    first = specs[0]
+    with resolved(env, first.family, seed=first.seed, difficulty=first.difficulty, params=first.params) as (task, _):
+        make_agent(agent_spec, task, model).close()
+
+    def one(spec: InstanceSpec) -> RolloutResult:
+        with resolved(env, spec.family, seed=spec.seed, difficulty=spec.difficulty, params=spec.params) as (task, instance):
+            result = run_rollout(task, make_agent(agent_spec, task, model), out_dir, instance=instance, config=config,
+                                 env_dir=env.directory, backend=backend)
+        if on_result:
+            on_result(result)
+        return result
+
+    return _each(one, specs, parallel)
+
+
+def _each(fn: Callable[[Any], RolloutResult], items: Sequence[Any], parallel: int) -> list[RolloutResult]:
+    if parallel <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="proctor-rollout") as pool:
+        return list(pool.map(fn, items))

@@ -115,3 +115,10 @@ def test_the_gvisor_benchmark_runs_and_reports_every_figure() -> None:
     for key in ("runsc_do_true_ms", "start_gvisor_ms", "start_bwrap_ms", "rollout_gvisor_ms", "rollout_bwrap_ms",
                 "start_gvisor_vs_runsc_do", "rollout_gvisor_vs_bwrap"):
         _positive(res, key)
+
+
+def test_the_report_benchmark_runs_and_reports_its_ratio_and_memory() -> None:
+    res = _quick("report.py")
+    assert res["results"] == 2000 and res["cells"] > 1
+    for key in ("report_s", "baseline_s", "ratio", "results_per_s", "peak_rss_bytes", "peak_rss_tenth_bytes", "rss_ratio"):
+        _positive(res, key)

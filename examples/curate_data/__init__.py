@@ -27,7 +27,8 @@ from proctor import Family
 
 FAMILIES = [
     Family(id="curate-data", description="Curate a noisy labelled pool under a budget; a fixed model is trained on the selection.",
-           make=make, difficulties=tuple(sorted(DIFFICULTIES))),
+           make=make, difficulties=tuple(sorted(DIFFICULTIES)),
+           params=()),  # only the seed and the difficulty vary
 ]
 
 __all__ = ["ATTACKS", "FAMILIES"]

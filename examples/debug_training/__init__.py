@@ -93,7 +93,8 @@ def make_instance(seed: int, difficulty: int, params: dict[str, Any], workspace:
 
 FAMILIES = [
     Family(id="debug-training", description="Fix the planted bugs of a numpy MLP training script (retrained and scored on hidden data).",
-           make=make_instance, difficulties=(1, 2, 3), default_params={"runs": 2}),
+           make=make_instance, difficulties=(1, 2, 3), default_params={"runs": 2},
+           params=()),  # only the seed and the difficulty vary (runs is how often the judge retrains, not the task)
 ]
 
 __all__ = ["ATTACKS", "FAMILIES"]

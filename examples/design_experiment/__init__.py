@@ -37,7 +37,8 @@ from proctor import Family
 
 FAMILIES = [
     Family(id=FAMILY_ID, description="Predict the converged loss at a width beyond the budget from small runs (scaling-law extrapolation).",
-           make=make, difficulties=DIFFICULTIES),
+           make=make, difficulties=DIFFICULTIES,
+           params=()),  # only the seed and the difficulty vary
 ]
 
 __all__ = ["ATTACKS", "FAMILIES"]

@@ -8,10 +8,11 @@ from typing import Any
 
 from proctor import Family, Limits, Script, Step, Task
 from proctor.sandbox.models import GiB, MiB, SandboxLimits
-from proctor.tasks.models import ScriptTurn
+from proctor.tasks.models import ParamSpace, ScriptTurn
 
 from .evidence import ATOL, RTOL
 from .judge import NOISE_FLOOR, KernelSpeedJudge
+from .inputs import KERNEL_NAMES
 from .kernels import DIFFICULTIES, KERNELS, KernelSpec, instance_params, kernel_for
 
 HERE = Path(__file__).resolve().parent
@@ -103,5 +104,7 @@ FAMILY = Family(
     make=make,
     difficulties=DIFFICULTIES,
     default_params={"kernel": ""},
+    # An empty kernel lets the seed choose; a report groups by the kernel each instance got.
+    params=(ParamSpace(name="kernel", values=KERNEL_NAMES, description="Which kernel to speed up."),),
 )
 KINDS = tuple(KERNELS)

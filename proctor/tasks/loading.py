@@ -171,8 +171,10 @@ def build_instance(
     if not isinstance(task, Task):
         raise ConfigError(f"family {family.id!r}: make() returned {type(task).__name__}, not a proctor.Task")
     instance_params = {**merged, **task.params}
+    # A declared parameter is recorded with the value the instance ended up with (fast-kernel's empty
+    # `kernel` becomes the kernel its seed chose), so reports group by what the student actually faced.
     return task, Instance(task_id=task.id, family=family.id, seed=seed, difficulty=difficulty, params=instance_params,
-                          key_fingerprint=salts.key_fingerprint())
+                          varied=tuple(p.name for p in family.params), key_fingerprint=salts.key_fingerprint())
 
 
 def resolve(

@@ -160,12 +160,31 @@ class Instance(_Frozen):
     seed: int | None = None
     difficulty: int | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    varied: tuple[str, ...] = Field((), description=(
+        "Names of the parameters its family declares it varies (Family.params); `proctor report` groups "
+        "rollouts into cells by their values. Empty for tasks and for families that vary only seed and difficulty."))
     key_fingerprint: str | None = Field(None, description=(
         "Which harness key salted the family's hidden draws (proctor.tasks.salts; a hash, never the key): "
         "the same seed rebuilds the same instance only under the same key."))
 
 
 FamilyMaker = Callable[[int, int, dict[str, Any], Path], Task]
+ParamValue = str | int | float | bool
+
+
+class ParamSpace(_Frozen):
+    """One parameter a family varies, and every value it may take. `proctor generate` draws
+    instances from these values only (no guessing), and `proctor report` groups rollouts by them."""
+
+    name: str = Field(description="A key of the family's default_params (what `--param NAME=VALUE` sets).")
+    values: tuple[ParamValue, ...] = Field(min_length=1, description="Every value the family accepts, in a meaningful order (easier first where there is one).")
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ParamSpace:
+        if len(set(map(repr, self.values))) != len(self.values):
+            raise ValueError(f"parameter {self.name!r}: a value is listed twice")
+        return self
 
 
 class Family(BaseModel):
@@ -183,6 +202,9 @@ class Family(BaseModel):
     make: FamilyMaker
     difficulties: tuple[int, ...] = Field((1,), min_length=1, description="Difficulty levels it understands.")
     default_params: dict[str, Any] = Field(default_factory=dict)
+    params: tuple[ParamSpace, ...] = Field((), description=(
+        "The parameters it varies and their values (each a key of default_params); empty when only the seed "
+        "and the difficulty vary. What `proctor report` groups by and `proctor generate` draws from."))
 
     @field_validator("id")
     @classmethod
@@ -190,3 +212,20 @@ class Family(BaseModel):
         if not _ID.match(value):
             raise ValueError(f"family id {value!r} must match {_ID.pattern}")
         return value
+
+    @model_validator(mode="after")
+    def _declared_params(self) -> Family:
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"family {self.id!r}: a parameter is declared twice")
+        undeclared = [n for n in names if n not in self.default_params]
+        if undeclared:
+            raise ValueError(f"family {self.id!r}: declared parameter(s) {', '.join(undeclared)} missing from default_params "
+                             "(give each a default so `--param` can set it)")
+        return self
+
+    def space(self, name: str) -> ParamSpace:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
