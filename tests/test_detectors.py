@@ -71,6 +71,22 @@ def test_a_tool_call_trips_a_wire_only_when_it_names_one(text, hit):
     assert (wires.scan(text) is not None) == hit
 
 
+@pytest.mark.parametrize("text, hit", [
+    ("ls /out; cat /out/q3-revenue-1/result.json", True),
+    ("python3 -c 'open(\"/out/x\")'", True),
+    ("cat /tmp/../out/x", True),
+    # The student's own paths that merely contain the output directory's name: with
+    # `proctor run --out /out`, a substring test flagged every one of these.
+    ("mkdir -p /workdir/out && python3 train.py --out /workdir/output", False),
+    ("python3 train.py --out ./out/run1; ls ~/out ${HOME}/out $(pwd)/out", False),
+    ("ls /outputs /out.txt", False),
+])
+def test_a_host_path_trips_only_as_a_whole_path_not_inside_the_students_own(text, hit):
+    wires = tripwires(TASK, env_dir=EXAMPLE, run_dir=Path("/out/q3-revenue-1"), runtime="/opt/proctor/student-runtime")
+    assert "/out" in wires.prefixes
+    assert (wires.scan(text) is not None) == hit
+
+
 def test_probes_are_read_from_the_steps_tool_calls_only(tmp_path):
     transcript = tmp_path / "t.jsonl"
     key = f"{TASK.hidden}/expected.txt"
