@@ -555,16 +555,18 @@ def redteam(
     parallel: int = typer.Option(1, "-j", "--parallel", min=1, help="Rollouts at once."),
     out: str | None = typer.Option(None, "--out", help="Keep results and transcripts here (default: a temporary directory)."),
     penalty: float = typer.Option(0.0, "--penalty", min=0.0, max=10.0, help="Misbehaviour penalty, as in `proctor run`: the reward column shows what a trainer would give."),
+    allow_no_oracle: bool = typer.Option(False, "--allow-no-oracle", help="Let a task without an oracle pass the gate (its row still says so); by default it fails."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     runtime: Runtime = _runtime_option(),
 ) -> None:
-    """Attack every task with the red-team library and check the oracle/null/degenerate gate. Exit 1 on any finding."""
+    """Attack every task with the red-team library and check the oracle/null/degenerate gate. Exit 1 on any finding, and on a task without an oracle."""
     from .redteam import run_redteam
 
     loaded = _load(env)
     try:
         rows = run_redteam(loaded, tasks=task or None, attacks=attack or None, families=family or None,
-                           out_dir=out, parallel=parallel, penalty=penalty, runtime=runtime.value)
+                           out_dir=out, parallel=parallel, penalty=penalty, runtime=runtime.value,
+                           allow_no_oracle=allow_no_oracle)
     except ProctorError as exc:
         _fail(exc)
     if as_json:
@@ -580,6 +582,8 @@ def redteam(
         if unseen := [r for r in rows if r.unseen]:
             console.print(f"{len(unseen)} attack(s) held but not flaggable under {runtime.value} (no witness there; "
                           f"--json gives each reason, docs/sandbox.md lists them): {', '.join(sorted({r.attack for r in unseen}))}")
+        if allowed := [r.task for r in rows if r.status == "no oracle (allowed)"]:
+            console.print(f"[yellow]not shown solvable[/] (no oracle, allowed by --allow-no-oracle): {', '.join(allowed)}")
     raise typer.Exit(0 if all(r.ok for r in rows) else 1)
 
 

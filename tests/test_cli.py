@@ -281,3 +281,24 @@ def test_an_environment_loaded_from_many_threads_at_once_is_whole(tmp_path):
     with ThreadPoolExecutor(4) as pool:
         loaded = list(pool.map(lambda _: load_environment(str(env)), range(4)))
     assert all(list(e.tasks) == ["t"] for e in loaded)
+
+
+def test_check_reports_every_judge_whose_files_are_missing(tmp_path):
+    env = write_env(tmp_path, """\
+        from pathlib import Path
+        from proctor import ExactAnswer, Step, Task
+        from proctor.judges import AllOf, CommandJudge, TestSuiteJudge
+        HERE = Path(__file__).resolve().parent
+        (HERE / "hidden").mkdir(exist_ok=True)
+        (HERE / "hidden" / "key.txt").write_text("1")
+        judge = AllOf(judges=(ExactAnswer(path="a", expected_file="missing.txt"), ExactAnswer(path="a", expected_file="key.txt"),
+                              TestSuiteJudge(tests="hidden_tests"), CommandJudge(script="grade.py")))
+        TASKS = [Task(id="t", hidden=HERE / "hidden", steps=[Step(instructions="x", submit=("a",), judge=judge)])]
+    """)
+    error = one_line_error(cli("check", env))
+    assert "task 't': judge files missing" in error and "expected_file 'missing.txt'" in error and "key.txt" not in error
+    assert "tests 'hidden_tests'" in error and "grade.py does not exist" in error
+    (env / "hidden" / "missing.txt").write_text("1")
+    (env / "hidden_tests").mkdir()
+    (env / "grade.py").write_text("")
+    assert cli("check", env).exit_code == 0

@@ -159,3 +159,40 @@ def test_a_task_that_pays_for_a_planted_answer_is_reported(confinement, tmp_path
 def test_an_unknown_attack_is_a_one_line_error():
     got = CliRunner().invoke(app, ["redteam", str(EXAMPLE), "--attack", "nope"])
     assert got.exit_code == 2 and "unknown attack 'nope'" in got.stderr
+
+
+# -- no silent passes ----------------------------------------------------------------------------------
+
+
+def _no_oracle_env(tmp_path: Path) -> Path:
+    env = tmp_path / "unproven"
+    env.mkdir()
+    (env / "__init__.py").write_text(textwrap.dedent("""\
+        from proctor import ExactAnswer, Step, Task
+        # Nobody can show this task is solvable: every attack stays at the floor, proving nothing.
+        TASKS = [Task(id="unproven", steps=[Step(instructions="x", submit=("answer.txt",), judge=ExactAnswer(path="answer.txt", expected="7"))])]
+    """))
+    return env
+
+
+def test_a_task_without_an_oracle_fails_the_gate_unless_allowed(confinement, tmp_path, monkeypatch):
+    # Only the gate's own rows run here (the library's attacks are the other tests' business).
+    monkeypatch.setattr("proctor.redteam.run.applicable", lambda task, own=(): [])
+    env = _no_oracle_env(tmp_path)
+    got = CliRunner().invoke(app, ["redteam", str(env), "--json"], catch_exceptions=False)
+    rows = {r["attack"]: r for r in json.loads(got.stdout)}
+    assert got.exit_code == 1 and not rows["oracle"]["ok"] and "has no oracle" in rows["oracle"]["problem"], rows
+    assert rows["null"]["ok"] and rows["degenerate"]["ok"]
+    got = CliRunner().invoke(app, ["redteam", str(env), "--allow-no-oracle"], catch_exceptions=False)
+    assert got.exit_code == 0 and "no oracle, allowed by --allow-no-oracle" in " ".join(got.stdout.split()), got.stdout
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--attack", "judge-fake-verdict"], "--attack judge-fake-verdict selected no attack for task(s) q3-revenue"),
+    (["--family", "judge"], "--family judge selected no attack for task(s) q3-revenue"),
+    (["--family", "nope"], "unknown attack family 'nope'"),
+])
+def test_a_filter_that_selects_no_attack_is_a_one_line_error(args, error):
+    got = CliRunner().invoke(app, ["redteam", str(EXAMPLE), *args])
+    lines = [line for line in got.stderr.splitlines() if line.strip()]
+    assert got.exit_code == 2 and len(lines) == 1 and error in lines[0], got.output

@@ -197,6 +197,15 @@ class _FileAnswer(Judge):
         except UnicodeDecodeError as exc:
             return Verdict.zero(f"{self.path} is not UTF-8 text (invalid byte at offset {exc.start})", metadata={"path": self.path})
 
+    def missing_files(self, hidden: Path | None, env_dir: Path | None) -> list[str]:
+        if self.expected_file is None:
+            return []
+        if hidden is None:
+            return [f"expected_file {self.expected_file!r} (the task has no hidden data directory)"]
+        if not (Path(hidden) / self.expected_file).is_file():
+            return [f"expected_file {self.expected_file!r} (not a file in {hidden})"]
+        return []
+
     def _read_key(self, ctx: JudgeContext) -> str | Verdict:
         assert self.expected_file is not None
         if ctx.hidden is None:

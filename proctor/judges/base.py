@@ -20,6 +20,7 @@ import math
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,6 +106,28 @@ class Judge(BaseModel, ABC):
 
     def describe(self) -> str:
         return type(self).__name__
+
+    def missing_files(self, hidden: Path | None, env_dir: Path | None) -> list[str]:
+        """The files this judge reads from the task (a key in the hidden data, a test suite, a
+        grading script) that are not there, each as a short phrase; `proctor check` reports them
+        so the task is fixed before a rollout scores 0 with a task error. Nested judges are
+        walked by `judges_of`, not here."""
+        return []
+
+
+def judges_of(judge: Judge) -> Iterator[Judge]:
+    """`judge` and every judge nested in it (Gate, AllOf, AnyOf, WeightedSum and the like)."""
+    yield judge
+    for name in type(judge).model_fields:
+        yield from _nested(getattr(judge, name, None))
+
+
+def _nested(value: object) -> Iterator[Judge]:
+    if isinstance(value, Judge):
+        yield from judges_of(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _nested(item)
 
 
 def _clip(text: str, limit: int = EXPLANATION_CHARS) -> str:

@@ -232,12 +232,19 @@ class CommandJudge(Judge):
     def describe(self) -> str:
         return f"CommandJudge({Path(self.script).name})"
 
+    def missing_files(self, hidden: Path | None, env_dir: Path | None) -> list[str]:
+        found = self._find_script(env_dir)
+        return [found.removeprefix("task error: ")] if isinstance(found, str) else []
+
     def _script_path(self, ctx: JudgeContext) -> Path | str:
+        return self._find_script(ctx.env_dir)
+
+    def _find_script(self, env_dir: Path | None) -> Path | str:
         script = Path(self.script)
         if not script.is_absolute():
-            if ctx.env_dir is None:
+            if env_dir is None:
                 return f"task error: grading script {self.script!r} is relative but the task has no environment directory"
-            script = Path(ctx.env_dir) / script
+            script = Path(env_dir) / script
         script = script.resolve()
         if not script.is_file():
             return f"task error: grading script {script} does not exist (or is not a file)"

@@ -120,13 +120,21 @@ class TestSuiteJudge(Judge):
                 sys.modules.pop(name, None)
         return self._verdict(results, servers, events)
 
+    def missing_files(self, hidden: Path | None, env_dir: Path | None) -> list[str]:
+        if any(c.exists() for c in self._candidates(hidden, env_dir)):
+            return []
+        where = ", ".join(str(c) for c in self._candidates(hidden, env_dir)) or "no hidden data or environment directory"
+        return [f"tests {self.tests!r} (looked in {where})"]
+
     # -- collection --------------------------------------------------------------------------------
-    def _resolve(self, ctx: JudgeContext) -> Path:
+    def _candidates(self, hidden: Path | None, env_dir: Path | None) -> list[Path]:
         path = Path(self.tests)
         if path.is_absolute():
-            candidates = [path]
-        else:
-            candidates = [base / path for base in (ctx.hidden, ctx.env_dir) if base is not None]
+            return [path]
+        return [Path(base) / path for base in (hidden, env_dir) if base is not None]
+
+    def _resolve(self, ctx: JudgeContext) -> Path:
+        candidates = self._candidates(ctx.hidden, ctx.env_dir)
         for candidate in candidates:
             if candidate.exists():
                 return candidate

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import base64
 import shlex
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel
-
-from ..judges.base import Judge
+from ..judges.base import Judge, judges_of
 from ..tasks.models import Script, ScriptTurn, Task
 
 Maker = Callable[[Task, str], "list[ScriptTurn] | None"]
@@ -94,23 +92,6 @@ def key_files(task: Task) -> list[str]:
     if task.hidden is None or not Path(task.hidden).is_dir():
         return []
     return sorted(str(p) for p in Path(task.hidden).rglob("*") if p.is_file())[:5]
-
-
-def judges_of(judge: Judge) -> Iterator[Judge]:
-    """`judge` and every judge nested in it (Gate, AllOf, AnyOf, WeightedSum and the like)."""
-    yield judge
-    for name in type(judge).model_fields:
-        yield from _nested(getattr(judge, name, None))
-
-
-def _nested(value: object) -> Iterator[Judge]:
-    if isinstance(value, Judge):
-        yield from judges_of(value)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _nested(item)
-    elif isinstance(value, BaseModel) and not isinstance(value, Judge):
-        return
 
 
 def task_judges(task: Task) -> list[Judge]:

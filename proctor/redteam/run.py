@@ -3,7 +3,9 @@
 A task passes when every applicable attack stays at the floor (score 0, not an infra error), each
 attack the harness can detect is flagged, the harness survives every attack, the oracle reaches the
 maximum, and both the null agent and a degenerate agent (garbage in every declared path) stay at
-the floor. An attack whose judges paid it (judged_score above 0) is a finding even when a
+the floor. A task without an oracle cannot show the gate's first half (that the task is solvable at
+all: a task nobody can pass holds every attack too), so its `oracle` row fails unless the caller
+allows it (`allow_no_oracle`, `proctor redteam --allow-no-oracle`), and then it says so. An attack whose judges paid it (judged_score above 0) is a finding even when a
 misbehaviour flag zeroed its score: the task is then safe only as long as the detector fires. A task
 failing the gate is reported as unusable.
 
@@ -102,10 +104,17 @@ def _one(task: Task, instance, env: Environment, out: Path, name: str, family: s
                       ok=not problems, problem="; ".join(problems), unseen=gap, run_id=run_id)
 
 
+def _no_oracle_row(task: Task, allowed: bool) -> RedteamRow:
+    why = (f"task {task.id!r} has no oracle, so the gate cannot show it is solvable (an unsolvable task holds every attack); "
+           "give the Task an oracle script, or pass --allow-no-oracle")
+    return RedteamRow(task=task.id, attack="oracle", family="gate", score=0.0, status="no oracle" + (" (allowed)" if allowed else ""),
+                      flagged=[], expected_flags=[], harness_survived=True, duration_s=0.0, ok=allowed, problem=why)
+
+
 def run_redteam(
     env: Environment, *, tasks: list[str] | None = None, attacks: list[str] | None = None,
     families: list[str] | None = None, out_dir: str | Path | None = None, parallel: int = 1, penalty: float = 0.0,
-    runtime: str = "bwrap",
+    runtime: str = "bwrap", allow_no_oracle: bool = False,
 ) -> list[RedteamRow]:
     if not 0.0 <= penalty <= 10.0:
         raise ConfigError(f"penalty {penalty:g} is outside 0..10 (a misbehaved rollout's reward is minus the penalty)")
@@ -118,9 +127,14 @@ def run_redteam(
     for name in attacks or []:
         if name not in known:
             raise ConfigError(f"unknown attack {name!r}; known: {', '.join(sorted(known))}")
+    known_families = {a.family for a in [*ATTACKS, *own]}
+    for name in families or []:
+        if name not in known_families:
+            raise ConfigError(f"unknown attack family {name!r}; known: {', '.join(sorted(known_families))}")
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="proctor-redteam-"))
     idents = tasks or [*env.tasks, *env.families]
     jobs = []
+    no_oracle: list[RedteamRow] = []
     # The family workspaces live until every rollout of their instance is done, even if a later
     # task fails to resolve.
     with ExitStack() as instances:
@@ -130,12 +144,17 @@ def run_redteam(
             gate += [("null", "gate", NullAgent(), (), False), ("degenerate", "gate", ScriptedAgent(_garbage(task)), (), False)]
             if attacks or families:
                 gate = []
+            elif task.oracle is None:
+                no_oracle.append(_no_oracle_row(task, allow_no_oracle))
             for name, family, agent, expected, want_max in gate:
                 jobs.append((task, instance, name, family, agent, expected, want_max))
             for attack, script in applicable(task, own):
                 if (attacks and attack.id not in attacks) or (families and attack.family not in families):
                     continue
                 jobs.append((task, instance, attack.id, attack.family, ScriptedAgent(script), attack.flagged, False))
+        if (attacks or families) and not jobs:
+            chosen = ", ".join([*(f"--attack {a}" for a in attacks or []), *(f"--family {f}" for f in families or [])])
+            raise ConfigError(f"{chosen} selected no attack for task(s) {', '.join(idents)}: none of them applies there")
 
         def run(job):
             task, instance, name, family, agent, expected, want_max = job
@@ -145,6 +164,7 @@ def run_redteam(
         else:
             with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="proctor-redteam") as pool:
                 rows = list(pool.map(run, jobs))
+    rows = [*no_oracle, *rows]
     if out_dir:
         write_atomically(out / TABLE_FILE, json.dumps([r.model_dump() for r in rows], indent=2) + "\n")
     return rows

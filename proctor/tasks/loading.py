@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import ConfigError, describe_error
+from ..judges.base import judges_of
 from ..sandbox.host import state_dir
 from . import salts
 from .packages import missing_packages
@@ -224,6 +225,7 @@ def check_environment(env: Environment) -> list[str]:
     lines = []
     for task in env.tasks.values():
         _check_task_dirs(task, f"task {task.id!r}")
+        _check_judge_files(task, env.directory, f"task {task.id!r}")
         lines.append(f"task {task.id}: {len(task.steps)} step(s), tools {', '.join(task.tools)}"
                      + (", oracle" if task.oracle else ""))
         missing = missing_packages(task.packages)
@@ -235,6 +237,7 @@ def check_environment(env: Environment) -> list[str]:
             try:
                 built = [build_instance(family, 0, difficulty, None, ws) for ws in spaces]
                 _check_task_dirs(built[0][0], f"family {family.id!r} (difficulty {difficulty})")
+                _check_judge_files(built[0][0], env.directory, f"family {family.id!r} (difficulty {difficulty})")
                 if _fingerprint(built[0][0], spaces[0]) != _fingerprint(built[1][0], spaces[1]):
                     raise ConfigError(f"family {family.id!r}: two builds with seed 0, difficulty {difficulty} differ; make() must be deterministic in (seed, difficulty, params)")
             finally:
@@ -242,6 +245,15 @@ def check_environment(env: Environment) -> list[str]:
                     remove_workspace(ws)
             lines.append(f"family {family.id} difficulty {difficulty}: builds task {built[0][0].id}, deterministic")
     return lines
+
+
+def _check_judge_files(task: Task, env_dir: Path | None, what: str) -> None:
+    """A judge whose key, tests or script is missing would score every rollout 0 with a task
+    error; say so now, naming each."""
+    missing = [f"step {i + 1} {judge.describe()}: {gap}" for i, step in enumerate(task.steps)
+               for judge in judges_of(step.judge) for gap in judge.missing_files(task.hidden, env_dir)]
+    if missing:
+        raise ConfigError(f"{what}: judge files missing: {'; '.join(missing)}")
 
 
 def _check_task_dirs(task: Task, what: str) -> None:
