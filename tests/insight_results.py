@@ -4,11 +4,33 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from proctor.results import MisbehaviourRecord, RolloutResult, Timings, Usage, write_result
+from proctor.tasks import load_environment
 from proctor.tasks.models import Instance
+
+ENV = str(Path(__file__).parent / "envs" / "insight")
+# Sums only the first six numbers: right while count x difficulty <= 6, wrong beyond.
+MEDIOCRE = {"name": "mediocre", "turns": [
+    {"tool": "bash", "arguments": {"command": "python3 -c \"print(sum(int(l) for l in open('/data/numbers.txt').readlines()[:6]))\" > /workdir/answer.txt"}},
+    {"tool": "submit", "arguments": {}}]}
+
+
+@pytest.fixture(scope="module")
+def env():
+    return load_environment(ENV)
+
+
+@pytest.fixture
+def mediocre(tmp_path) -> str:
+    path = tmp_path / "mediocre.json"
+    path.write_text(json.dumps(MEDIOCRE))
+    return f"script:{path}"
 
 _ids = itertools.count()
 

@@ -18,24 +18,8 @@ from proctor.insight.report import build_report
 from proctor.insight.cells import Thresholds
 from proctor.runner import InstanceSpec, run_instances
 from proctor.tasks import load_environment
+from insight_results import ENV, MEDIOCRE, env, mediocre  # noqa: F401 (fixtures)
 
-ENV = str(Path(__file__).parent / "envs" / "insight")
-# Sums only the first six numbers: right while count x difficulty <= 6, wrong beyond.
-MEDIOCRE = {"name": "mediocre", "turns": [
-    {"tool": "bash", "arguments": {"command": "python3 -c \"print(sum(int(l) for l in open('/data/numbers.txt').readlines()[:6]))\" > /workdir/answer.txt"}},
-    {"tool": "submit", "arguments": {}}]}
-
-
-@pytest.fixture(scope="module")
-def env():
-    return load_environment(ENV)
-
-
-@pytest.fixture
-def mediocre(tmp_path) -> str:
-    path = tmp_path / "mediocre.json"
-    path.write_text(json.dumps(MEDIOCRE))
-    return f"script:{path}"
 
 
 def _known_runs(out: Path) -> None:

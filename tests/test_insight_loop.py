@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -15,24 +14,8 @@ from proctor.insight.generate import generate_instances
 from proctor.insight.report import build_report
 from proctor.insight.validate import validate
 from proctor.runner import InstanceSpec
-from proctor.tasks import load_environment
+from insight_results import ENV, MEDIOCRE, env, mediocre  # noqa: F401 (fixtures)
 
-ENV = str(Path(__file__).parent / "envs" / "insight")
-MEDIOCRE = {"name": "mediocre", "turns": [
-    {"tool": "bash", "arguments": {"command": "python3 -c \"print(sum(int(l) for l in open('/data/numbers.txt').readlines()[:6]))\" > /workdir/answer.txt"}},
-    {"tool": "submit", "arguments": {}}]}
-
-
-@pytest.fixture(scope="module")
-def env():
-    return load_environment(ENV)
-
-
-@pytest.fixture
-def mediocre(tmp_path) -> str:
-    path = tmp_path / "mediocre.json"
-    path.write_text(json.dumps(MEDIOCRE))
-    return f"script:{path}"
 
 
 def test_the_gate_rejects_a_wrong_oracle_and_a_judge_that_pays_the_null_student(env, tmp_path, fake_backend):
