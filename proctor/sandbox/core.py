@@ -347,6 +347,27 @@ class Sandbox:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(anchor, os.WNOHANG)
 
+    def _collect_session(self, deadline_s: float = 2.0) -> None:
+        """Reap the killed session: its bubblewrap, then the anchor. The anchor dies before or
+        after its bubblewrap; in the second case it is reparented to the harness (a subreaper) only
+        once that bubblewrap is gone, after the kill was already proven, so it is waited for here or
+        its corpse would stay for the life of the harness."""
+        end = time.monotonic() + deadline_s
+        if self._session is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._session.wait(timeout=deadline_s)
+        anchor = self._anchor_pid
+        while anchor:
+            try:
+                if os.waitpid(anchor, os.WNOHANG)[0] == anchor:
+                    return
+            except ChildProcessError:  # not ours: reaped by its bubblewrap, or not yet reparented
+                if not os.path.exists(f"/proc/{anchor}") or procfs.ppid_of(anchor) not in (os.getpid(), None):
+                    return
+            if time.monotonic() > end:
+                return
+            time.sleep(0.002)
+
     def kill_all(self, deadline_s: float = 5.0) -> KillReport:
         """Kill every process of this sandbox and prove none is left: the cgroups, the PID
         namespace and the host's process table (by uid) must all be empty."""
@@ -364,6 +385,7 @@ class Sandbox:
         if report.empty:
             if self._bridge:
                 self._bridge.stop()
+            self._collect_session()
             self._session = None
             self._anchor_pid = None
             self._pidns = None
