@@ -62,6 +62,7 @@ class BatchSpec(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict, description="A family's parameters, defaults filled in.")
     rollout: dict[str, Any] = Field(description="The RolloutConfig (penalty, runtime, allow_degraded...).")
     instance_key: str | None = Field(None, description="A family's instance-key fingerprint: another key makes other instances.")
+    impossible: bool = Field(False, description="Every rollout runs the impossible variant (`--impossible`).")
 
 
 class BatchRecord(BaseModel):
@@ -75,7 +76,8 @@ class BatchRecord(BaseModel):
 
 
 def batch_spec(env: Environment, ident: str, agent: str, *, n: int, seed: int, difficulty: int | None,
-               params: dict[str, Any] | None, config: RolloutConfig, model: ModelConfig | None) -> BatchSpec:
+               params: dict[str, Any] | None, config: RolloutConfig, model: ModelConfig | None,
+               impossible: bool = False) -> BatchSpec:
     """The spec of a batch, normalised so that spelling the same thing two ways (a relative path, a
     family's default difficulty given or left out) is the same batch."""
     kind, _, arg = agent.partition(":")
@@ -96,7 +98,7 @@ def batch_spec(env: Environment, ident: str, agent: str, *, n: int, seed: int, d
         difficulty=(family.difficulties[0] if difficulty is None else difficulty) if family else None,
         params={**family.default_params, **(params or {})} if family else {},
         rollout=config.model_dump(mode="json"),
-        instance_key=salts.key_fingerprint() if family else None,
+        instance_key=salts.key_fingerprint() if family else None, impossible=impossible,
     )
 
 

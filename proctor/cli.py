@@ -129,6 +129,16 @@ def tasks(
     console.print(table)
 
 
+_FRAMING_HELP = ("A preamble before the student's instructions, recorded in each result: neutral, strict (forbids shortcuts), "
+                 "inoculation (frames shortcuts as acceptable here), or a text file (docs/alignment.md).")
+
+
+def _framing(spec: str | None):
+    from .framing import load_framing
+
+    return load_framing(spec) if spec is not None else None
+
+
 def _parse_params(items: list[str]) -> dict:
     params = {}
     for item in items:
@@ -166,6 +176,8 @@ def run(
     temperature: float | None = typer.Option(None, "--temperature", help="model:NAME: sampling temperature."),
     max_output_tokens: int | None = typer.Option(None, "--max-output-tokens", help="model:NAME: most tokens per reply."),
     token_data: bool | None = typer.Option(None, "--token-data/--no-token-data", help="model:NAME: record token ids and logprobs (vLLM, SGLang)."),
+    impossible: bool = typer.Option(False, "--impossible", help="Run the impossible variant of the task or family instance: a cheating-rate probe no honest student can pass (any pass is a hack; `proctor report` counts it)."),
+    framing: str | None = typer.Option(None, "--framing", help=_FRAMING_HELP),
 ) -> None:
     """Run rollouts and write their results. Exit 0 when every rollout completed or misbehaved, 1 on any infra_error."""
     from contextlib import ExitStack
@@ -197,6 +209,8 @@ def run(
                 raise ConfigError("give either --task or --instances FILE")
             if instances is not None and (param or difficulty is not None or n != 1 or seed != 0):
                 raise ConfigError("--instances FILE says each instance's seed, difficulty and parameters; drop -n, --seed, --difficulty and --param")
+            if instances is not None and impossible:
+                raise ConfigError("--impossible applies to --task; an instances file marks each impossible instance with \"impossible\": true")
             if instances is not None and resume:
                 raise ConfigError("--resume finishes a --task batch; an --instances run is not one (run the file's remaining lines instead)")
             specs = None
@@ -205,7 +219,8 @@ def run(
 
                 specs = read_instances(instances, loaded)
             params = _parse_params(param)
-            config = RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value)
+            config = RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value,
+                                   framing=_framing(framing))
             _runtime_available(runtime)
             flags = {"provider": provider, "base_url": base_url, "api_key_env": api_key_env, "temperature": temperature,
                      "max_output_tokens": max_output_tokens, "token_data": token_data}
@@ -217,7 +232,7 @@ def run(
             else:
                 results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
                                    config=config, parallel=parallel, model=model, resume=resume, on_plan=planned,
-                                   on_result=finished)
+                                   on_result=finished, impossible=impossible)
         except ProctorError as exc:
             stack.close()
             _fail(exc)
@@ -439,6 +454,7 @@ def serve(
     idle_timeout: float = typer.Option(900.0, "--idle-timeout", min=1.0, help="Seconds a silent session is kept before its episode is abandoned."),
     allow_degraded: bool = typer.Option(False, "--allow-degraded", help="Run even if this machine lacks a required protection (results say so)."),
     runtime: Runtime = _runtime_option(),
+    framing: str | None = typer.Option(None, "--framing", help=_FRAMING_HELP + " Applies to every episode served."),
 ) -> None:
     """Serve an environment over OpenEnv's WebSocket protocol (/ws, /health, /metadata, /schema) for a trainer to drive."""
     import os
@@ -453,7 +469,8 @@ def serve(
         token = os.environ.get(token_env) or None if token_env else None
         require_token_off_loopback(host, token, token_env)
         config = ServeConfig(out_dir=Path(out), max_sessions=max_sessions, token=token, idle_timeout_s=idle_timeout,
-                             rollout=RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value))
+                             rollout=RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value,
+                                                   framing=_framing(framing)))
         _runtime_available(runtime)
     except ImportError as exc:
         _fail(ConfigError(f"proctor serve needs the serve extra ({exc.name} is missing): pip install 'proctor[serve]'"))

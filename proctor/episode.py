@@ -41,6 +41,7 @@ from . import policies
 from .agents.base import Agent, AgentError, AgentTimeout, AgentTurn, Observation, TurnUsage
 from .custody import CustodyLimits, MisbehaviourEvent, custody_point
 from .errors import ConfigError, ConfinementError, ProctorError
+from .framing import Framing, load_framing
 from .judges.base import JudgeContext, Verdict, evaluate
 from .results import MisbehaviourRecord, RolloutResult, Status, StepEnd, StepResult, Timings, Usage, write_result
 from .sandbox import SandboxBackend, SandboxSpec, StudentSandbox, at_least, get_backend
@@ -66,6 +67,9 @@ class RolloutConfig(BaseModel):
     custody: CustodyLimits = CustodyLimits()
     kill_deadline_s: float = Field(5.0, gt=0, description="How long custody may take to prove the sandbox empty.")
     runtime: Literal["bwrap", "gvisor"] = Field("bwrap", description="The sandbox runtime of the rollout and of its judges' sandboxes (see docs/sandbox.md, Backends).")
+    framing: Framing | None = Field(None, description=(
+        "A preamble shown before the first step's instructions (proctor.framing: neutral, strict, inoculation or a file), "
+        "recorded in the result and the transcript so cheating rates can be compared per framing."))
 
 
 def new_run_id(task_id: str) -> str:
@@ -180,6 +184,7 @@ class Episode:
     def _reset_state(self) -> None:
         self.task: Task | None = None
         self.instance: Instance | None = None
+        self.framing: Framing | None = self.config.framing
         self.run_id: str | None = None
         self.run_dir: Path | None = None
         self.transcript: Transcript | None = None
@@ -222,24 +227,28 @@ class Episode:
         return list(self._pending)
 
     def reset(self, task: str | Task, *, seed: int = 0, difficulty: int | None = None, params: dict[str, Any] | None = None,
-              instance: Instance | None = None, run_id: str | None = None) -> EpisodeObservation:
+              instance: Instance | None = None, run_id: str | None = None, impossible: bool = False,
+              framing: Framing | str | None = None) -> EpisodeObservation:
         """Start a rollout of `task` (a Task, or an id of this Episode's environment: a task, or a
         family with `seed`, `difficulty`, `params`). An episode still running is closed first
         (its result says it was abandoned). Bad ids or parameters are a ConfigError; anything
-        after the run directory exists is recorded in the result instead."""
+        after the run directory exists is recorded in the result instead. `impossible` runs the
+        id's impossible variant (a cheating-rate probe); `framing` (a Framing, a shipped name or a
+        file) overrides the config's preamble for this rollout."""
         with self._lock:
             if self._open:
                 self._close("reset before the episode ended")
             self._reset_state()
+            self.framing = load_framing(framing) if isinstance(framing, str) else framing or self.config.framing
             if isinstance(task, str):
                 if self.env is None:
                     raise ConfigError(f"task {task!r} given by id, but this Episode has no environment to find it in")
                 task, instance = self._stack.enter_context(
-                    resolved(self.env, task, seed=seed, difficulty=difficulty, params=params))
-            elif params or difficulty is not None:
-                raise ConfigError("seed, difficulty and params apply to a family id; this task is given built")
+                    resolved(self.env, task, seed=seed, difficulty=difficulty, params=params, impossible=impossible))
+            elif params or difficulty is not None or impossible:
+                raise ConfigError("seed, difficulty, params and impossible apply to an id of the environment; this task is given built")
             self.task = task
-            self.instance = instance or Instance(task_id=task.id, params=dict(task.params))
+            self.instance = instance or Instance(task_id=task.id, params=dict(task.params), impossible=task.impossible)
             self.run_id = run_id or new_run_id(task.id)
             self.run_dir = self.out_dir / self.run_id
             try:
@@ -419,7 +428,8 @@ class Episode:
         self._specs = [tool.spec() for tool in self._tools]
         self.transcript.emit("rollout_start", run_id=self.run_id, task_id=task.id, instance=self.instance.model_dump(mode="json"),
                              agent=self.agent_name, confinement=self.confinement, limits=task.limits.model_dump(),
-                             tools=self._specs, system_prompt=task.system_prompt)
+                             tools=self._specs, system_prompt=task.system_prompt, impossible=self._impossible(),
+                             framing=self.framing.model_dump() if self.framing else None)
         self.timings["setup_s"] = time.monotonic() - t
         self.deadline = time.monotonic() + task.limits.rollout_time_s
         if self.agent is not None:
@@ -436,7 +446,9 @@ class Episode:
         task, box = self.task, self.box
         self.index = index
         step = task.steps[index]
-        self.transcript.emit("step_start", step=index, instructions=step.instructions, submit=list(step.submit))
+        # The framing is part of what the student is shown, so the transcript records the framed text.
+        instructions = self.framing.frame(step.instructions) if self.framing and index == 0 else step.instructions
+        self.transcript.emit("step_start", step=index, instructions=instructions, submit=list(step.submit))
         if step.before:
             self._hook(step.before, index, "before")
         self._step_t0 = time.monotonic()
@@ -444,7 +456,7 @@ class Episode:
         self._base_tool_config = policies.tool_config(task.limits)
         self._ctx = ToolContext(box, self._base_tool_config, hidden=task.hidden)
         self._answer = self._last_text = None
-        self._pending = [Observation(kind="instructions", text=step.instructions)]
+        self._pending = [Observation(kind="instructions", text=instructions)]
         self._end_if_out_of_limits()
 
     def _final(self) -> str | None:
@@ -677,7 +689,11 @@ class Episode:
             run_id=self.run_id, task_id=task.id, instance=self.instance, agent=self.agent_name, status=status,
             score=min(max(score, 0.0), 1.0), judged_score=judged, reward=reward, steps=self.steps, misbehaviour=self.misbehaviour,
             errors=self.errors, confinement=self.confinement, usage=self.usage, timings=timings, ended_by=self.ended_by,
+            impossible=self._impossible(), framing=self.framing,
         )
+
+    def _impossible(self) -> bool:
+        return bool((self.instance is not None and self.instance.impossible) or (self.task is not None and self.task.impossible))
 
 
 # -- many episodes in one process ---------------------------------------------------------------

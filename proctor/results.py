@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .framing import Framing
 from .tasks.models import Instance
 
 Status = Literal["completed", "misbehaved", "infra_error", "abandoned"]
@@ -90,6 +91,10 @@ class RolloutResult(_Model):
     usage: Usage = Field(default_factory=Usage)
     timings: Timings
     ended_by: StepEnd | None = Field(None, description="Why the agent's work ended in the last step attempted.")
+    impossible: bool = Field(False, description=(
+        "A cheating-rate probe (`proctor run --impossible`): the instance cannot be passed honestly, so a pass is a hack "
+        "(the same as instance.impossible, here for a reader of the top level)."))
+    framing: Framing | None = Field(None, description="The preamble shown before the instructions (`--framing`), if any.")
 
 
 def write_atomically(path: Path, data: str) -> None:

@@ -34,6 +34,7 @@ class InstanceSpec(BaseModel):
     difficulty: int | None = Field(None, description="None: the family's first difficulty.")
     params: dict[str, Any] = Field(default_factory=dict, description="Family parameters (keys of its default_params).")
     why: str | None = Field(None, description="What `proctor generate` aimed it at (a cell and its verdict); not used to run it.")
+    impossible: bool = Field(False, description="Run the instance's impossible variant (a cheating-rate probe: no honest pass exists).")
 
 
 def check_instances(env: Environment, specs: Sequence[InstanceSpec]) -> None:
@@ -51,6 +52,8 @@ def instance_problem(env: Environment, spec: InstanceSpec) -> str | None:
         return f"unknown family {spec.family!r}; known: {', '.join(sorted(env.families)) or 'none'}"
     if spec.difficulty is not None and spec.difficulty not in family.difficulties:
         return f"family {family.id!r}: difficulty {spec.difficulty} is not one of {list(family.difficulties)}"
+    if spec.impossible and family.make_impossible is None:
+        return f"family {family.id!r} has no impossible variant (Family.make_impossible), but the instance asks for one"
     for name, value in spec.params.items():
         if name not in family.default_params:
             return f"family {family.id!r}: unknown parameter {name!r}; known: {', '.join(sorted(family.default_params)) or 'none'}"
@@ -77,6 +80,7 @@ def run_many(
     resume: bool = False,
     on_plan: Callable[[BatchPlan], None] | None = None,
     backend: SandboxBackend | None = None,
+    impossible: bool = False,
 ) -> list[RolloutResult]:
     """Run `n` rollouts of a task (or of a family, with seeds seed, seed+1, ...) as one batch of
     `out_dir`, and return all `n` results in order. With `resume`, the batch in `out_dir` that
@@ -84,19 +88,21 @@ def run_many(
     rerun) and only the others run. Configuration errors (unknown task, bad agent, bad parameters,
     a resume that matches no batch) surface before any rollout starts; `on_plan` then sees the
     batch (what is finished, what is left) before the first rollout does. `backend` overrides
-    `config.runtime` (tests hand in the fake here)."""
+    `config.runtime` (tests hand in the fake here). With `impossible`, every rollout runs the
+    instance's impossible variant (a cheating-rate probe)."""
     config = config or RolloutConfig()
     # Fail fast on a bad id, parameters or agent before spending anything.
-    with resolved(env, ident, seed=seed, difficulty=difficulty, params=params) as (task, _):
+    with resolved(env, ident, seed=seed, difficulty=difficulty, params=params, impossible=impossible) as (task, _):
         make_agent(agent_spec, task, model).close()
-    spec = batch_spec(env, ident, agent_spec, n=n, seed=seed, difficulty=difficulty, params=params, config=config, model=model)
+    spec = batch_spec(env, ident, agent_spec, n=n, seed=seed, difficulty=difficulty, params=params, config=config, model=model,
+                      impossible=impossible)
 
     with open_batch(out_dir, spec, resume=resume) as plan:
         if on_plan:
             on_plan(plan)
 
         def one(i: int) -> RolloutResult:
-            with resolved(env, ident, seed=seed + i, difficulty=difficulty, params=params) as (task, instance):
+            with resolved(env, ident, seed=seed + i, difficulty=difficulty, params=params, impossible=impossible) as (task, instance):
                 result = run_rollout(task, make_agent(agent_spec, task, model), out_dir, instance=instance, config=config,
                                      env_dir=env.directory, run_id=plan.run_id(task.id, i), backend=backend)
             if on_result:
@@ -128,11 +134,12 @@ def run_instances(
     if not specs:
         return []
     first = specs[0]
-    with resolved(env, first.family, seed=first.seed, difficulty=first.difficulty, params=first.params) as (task, _):
+    with resolved(env, first.family, seed=first.seed, difficulty=first.difficulty, params=first.params, impossible=first.impossible) as (task, _):
         make_agent(agent_spec, task, model).close()
 
     def one(spec: InstanceSpec) -> RolloutResult:
-        with resolved(env, spec.family, seed=spec.seed, difficulty=spec.difficulty, params=spec.params) as (task, instance):
+        with resolved(env, spec.family, seed=spec.seed, difficulty=spec.difficulty, params=spec.params,
+                      impossible=spec.impossible) as (task, instance):
             result = run_rollout(task, make_agent(agent_spec, task, model), out_dir, instance=instance, config=config,
                                  env_dir=env.directory, backend=backend)
         if on_result:

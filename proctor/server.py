@@ -2,7 +2,8 @@
 `openenv-core` client, `GenericEnvClient` included) drives the student one tool call at a time.
 
     GET /health, /metadata, /schema
-    WS  /ws   {"type": "reset", "data": {"task": ID, "seed": 0, "difficulty": 1, "params": {}}}
+    WS  /ws   {"type": "reset", "data": {"task": ID, "seed": 0, "difficulty": 1, "params": {},
+                                        "impossible": false, "framing": "strict"}}   (the last two optional)
               {"type": "step",  "data": ACTION}      ACTION: {"type": "list_tools"},
                                                      {"type": "call_tool", "tool_name": NAME, "arguments": {...}},
                                                      or a Proctor Action {"tool": ..., "arguments": ..., "text": ...}
@@ -31,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .episode import Action, AsyncEpisode, EpisodeError, EpisodeObservation, EpisodeStep, RolloutConfig
 from .errors import ConfigError, ProctorError
+from .framing import SHIPPED as SHIPPED_FRAMINGS
 from .tasks.loading import Environment
 from .tools.base import describe_validation_error
 from .tools.registry import make_tools
@@ -60,6 +62,8 @@ class ResetRequest(BaseModel):
     seed: int = 0
     difficulty: int | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    impossible: bool = Field(False, description="Run the impossible variant (a cheating-rate probe: any pass is a hack).")
+    framing: str | None = Field(None, description="A shipped framing (neutral, strict, inoculation) for this episode, over the server's --framing.")
 
 
 class FrameError(Exception):
@@ -217,8 +221,12 @@ class ProctorServer:
                 request = ResetRequest.model_validate(data)
             except ValidationError as exc:
                 raise FrameError(describe_validation_error("reset", exc)) from None
+            if request.framing is not None and request.framing not in SHIPPED_FRAMINGS:
+                # Only shipped names: a client must not make the server read a file of its choosing.
+                raise FrameError(f"reset: framing {request.framing!r} is not one of {', '.join(SHIPPED_FRAMINGS)}")
             try:
-                obs = await ep.reset(request.task, seed=request.seed, difficulty=request.difficulty, params=request.params or None)
+                obs = await ep.reset(request.task, seed=request.seed, difficulty=request.difficulty, params=request.params or None,
+                                     impossible=request.impossible, framing=request.framing)
             except ProctorError as exc:
                 raise FrameError(f"reset: {exc}") from None
             done = ep.done

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "proctor"
 
 # The layers, lowest first. A module may import its own layer and any layer below it.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "untrusted", "pump"),  # plain values, one-line errors and the child-process pump: no Proctor imports
+    ("errors", "untrusted", "pump", "framing"),  # plain values, one-line errors, the child-process pump, framings: no Proctor imports but errors
     ("sandbox",),
     ("tools",),
     ("custody",),

@@ -152,9 +152,16 @@ def remove_workspace(path: Path | None) -> None:
 
 
 def build_instance(
-    family: Family, seed: int, difficulty: int | None, params: dict[str, Any] | None, workspace: Path
+    family: Family, seed: int, difficulty: int | None, params: dict[str, Any] | None, workspace: Path,
+    impossible: bool = False,
 ) -> tuple[Task, Instance]:
-    """Run a family's maker; any failure is a ConfigError naming the family."""
+    """Run a family's maker (its `make_impossible` with `impossible`); any failure is a ConfigError
+    naming the family."""
+    if impossible and family.make_impossible is None:
+        raise ConfigError(f"family {family.id!r} has no impossible variant; give its Family a make_impossible "
+                          "(same arguments as make) to run it with --impossible")
+    make = family.make_impossible if impossible else family.make
+    assert make is not None
     difficulty = family.difficulties[0] if difficulty is None else difficulty
     if difficulty not in family.difficulties:
         raise ConfigError(f"family {family.id!r}: difficulty {difficulty} is not one of {list(family.difficulties)}")
@@ -163,35 +170,61 @@ def build_instance(
         raise ConfigError(f"family {family.id!r}: unknown parameter(s) {', '.join(sorted(unknown))}; known: {', '.join(sorted(family.default_params)) or 'none'}")
     merged = {**family.default_params, **(params or {})}
     try:
-        task = family.make(seed, difficulty, dict(merged), workspace)
+        task = make(seed, difficulty, dict(merged), workspace)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001
-        roots = [Path(family.make.__code__.co_filename).parent] if hasattr(family.make, "__code__") else []
+        roots = [Path(make.__code__.co_filename).parent] if hasattr(make, "__code__") else []
         raise ConfigError(f"{_where(exc, roots)}: family {family.id!r} (seed {seed}, difficulty {difficulty}): {describe_exception(exc)}") from None
     if not isinstance(task, Task):
         raise ConfigError(f"family {family.id!r}: make() returned {type(task).__name__}, not a proctor.Task")
+    if impossible:
+        task = task.model_copy(update={"impossible": True})
     instance_params = {**merged, **task.params}
     # A declared parameter is recorded with the value the instance ended up with (fast-kernel's empty
     # `kernel` becomes the kernel its seed chose), so reports group by what the student actually faced.
     return task, Instance(task_id=task.id, family=family.id, seed=seed, difficulty=difficulty, params=instance_params,
-                          varied=tuple(p.name for p in family.params), key_fingerprint=salts.key_fingerprint())
+                          varied=tuple(p.name for p in family.params), key_fingerprint=salts.key_fingerprint(),
+                          impossible=impossible)
+
+
+def impossible_task(task: Task, workspace: Path) -> Task:
+    """A task's impossible variant (`Task.impossible_variant`), marked; a failure names the task."""
+    if task.impossible_variant is None:
+        raise ConfigError(f"task {task.id!r} has no impossible variant; give its Task an impossible_variant "
+                          "(a function of a workspace directory returning the Task) to run it with --impossible")
+    try:
+        made = task.impossible_variant(workspace)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        fn = task.impossible_variant
+        roots = [Path(fn.__code__.co_filename).parent] if hasattr(fn, "__code__") else []
+        raise ConfigError(f"{_where(exc, roots)}: task {task.id!r}, impossible variant: {describe_exception(exc)}") from None
+    if not isinstance(made, Task):
+        raise ConfigError(f"task {task.id!r}: impossible_variant returned {type(made).__name__}, not a proctor.Task")
+    return made.model_copy(update={"impossible": True, "impossible_variant": None})
 
 
 def resolve(
     env: Environment, ident: str, *, seed: int = 0, difficulty: int | None = None,
-    params: dict[str, Any] | None = None, workspace: Path | None = None,
+    params: dict[str, Any] | None = None, workspace: Path | None = None, impossible: bool = False,
 ) -> tuple[Task, Instance]:
-    """A task by id, or an instance of a family by id (which needs a workspace)."""
+    """A task by id, or an instance of a family by id (which needs a workspace, as does a task's
+    impossible variant)."""
     if ident in env.tasks:
         if params:
             raise ConfigError(f"task {ident!r} is not a family; --param applies to families only")
         task = env.tasks[ident]
-        return task, Instance(task_id=task.id, params=dict(task.params))
+        if impossible:
+            if workspace is None:
+                raise ConfigError(f"task {ident!r}: its impossible variant needs a workspace")
+            task = impossible_task(task, workspace)
+        return task, Instance(task_id=task.id, params=dict(task.params), impossible=impossible)
     if ident in env.families:
         if workspace is None:
             raise ConfigError(f"family {ident!r} needs a workspace")
-        return build_instance(env.families[ident], seed, difficulty, params, workspace)
+        return build_instance(env.families[ident], seed, difficulty, params, workspace, impossible=impossible)
     known = sorted([*env.tasks, *env.families])
     raise ConfigError(f"{env.name}: no task or family {ident!r}; known: {', '.join(known) or 'none'}")
 
@@ -199,11 +232,13 @@ def resolve(
 @contextmanager
 def resolved(
     env: Environment, ident: str, *, seed: int = 0, difficulty: int | None = None, params: dict[str, Any] | None = None,
+    impossible: bool = False,
 ) -> Iterator[tuple[Task, Instance]]:
-    """`resolve`, with a workspace for a family's generated files that lives as long as the block."""
-    workspace = new_workspace() if ident in env.families else None
+    """`resolve`, with a workspace for a family's (or an impossible variant's) generated files that
+    lives as long as the block."""
+    workspace = new_workspace() if ident in env.families or (impossible and ident in env.tasks) else None
     try:
-        yield resolve(env, ident, seed=seed, difficulty=difficulty, params=params, workspace=workspace)
+        yield resolve(env, ident, seed=seed, difficulty=difficulty, params=params, workspace=workspace, impossible=impossible)
     finally:
         remove_workspace(workspace)
 
@@ -226,8 +261,10 @@ def check_environment(env: Environment) -> list[str]:
     for task in env.tasks.values():
         _check_task_dirs(task, f"task {task.id!r}")
         _check_judge_files(task, env.directory, f"task {task.id!r}")
+        if task.impossible_variant is not None:
+            _check_impossible(lambda ws, task=task: impossible_task(task, ws), env.directory, f"task {task.id!r}")
         lines.append(f"task {task.id}: {len(task.steps)} step(s), tools {', '.join(task.tools)}"
-                     + (", oracle" if task.oracle else ""))
+                     + (", oracle" if task.oracle else "") + (", impossible variant" if task.impossible_variant else ""))
         missing = missing_packages(task.packages)
         if missing:
             lines.append(f"warning: task {task.id} needs {', '.join(missing)} in the student runtime; add to runtime-requirements.txt and run `make setup`")
@@ -244,7 +281,26 @@ def check_environment(env: Environment) -> list[str]:
                 for ws in spaces:
                     remove_workspace(ws)
             lines.append(f"family {family.id} difficulty {difficulty}: builds task {built[0][0].id}, deterministic")
+        if family.make_impossible is not None:
+            first = family.difficulties[0]
+            _check_impossible(lambda ws, family=family: build_instance(family, 0, first, None, ws, impossible=True)[0],
+                              env.directory, f"family {family.id!r} (impossible, difficulty {first})")
+            lines.append(f"family {family.id} impossible variant (difficulty {first}): builds, deterministic")
     return lines
+
+
+def _check_impossible(build: Any, env_dir: Path | None, what: str) -> None:
+    """An impossible variant builds, deterministically, with its judges' files in place."""
+    spaces = [new_workspace(), new_workspace()]
+    try:
+        built = [build(ws) for ws in spaces]
+        _check_task_dirs(built[0], what)
+        _check_judge_files(built[0], env_dir, what)
+        if _fingerprint(built[0], spaces[0]) != _fingerprint(built[1], spaces[1]):
+            raise ConfigError(f"{what}: two builds of the impossible variant differ; it must be deterministic")
+    finally:
+        for ws in spaces:
+            remove_workspace(ws)
 
 
 def _check_judge_files(task: Task, env_dir: Path | None, what: str) -> None:

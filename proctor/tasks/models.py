@@ -117,6 +117,13 @@ class Task(BaseModel):
         None, description="The weakest sandbox runtime this task may run under (gvisor is stronger than bwrap); a rollout on a weaker one is refused unless allow_degraded.")
     oracle: Script | None = Field(None, description="A reference solution as a script; the `oracle` agent plays it.")
     params: dict[str, Any] = Field(default_factory=dict, description="The instance parameters (set by families).")
+    impossible: bool = Field(False, description=(
+        "A cheating-rate probe: the spec cannot be met honestly (the needed data withheld, or the key contradicting it), "
+        "so no honest student, the oracle included, can pass it; any pass is a hack. Set by the harness on what "
+        "`impossible_variant` or `Family.make_impossible` builds."))
+    impossible_variant: Callable[[Path], Task] | None = Field(None, description=(
+        "Builds this task's impossible variant (`proctor run --impossible`): called with a fresh harness-only "
+        "workspace for its data and key, returns the Task. Its hidden draws come from proctor.tasks.salts."))
 
     @field_validator("id")
     @classmethod
@@ -166,6 +173,9 @@ class Instance(_Frozen):
     key_fingerprint: str | None = Field(None, description=(
         "Which harness key salted the family's hidden draws (proctor.tasks.salts; a hash, never the key): "
         "the same seed rebuilds the same instance only under the same key."))
+    impossible: bool = Field(False, description=(
+        "A cheating-rate probe (`proctor run --impossible`): no honest solution exists, so a pass is a hack "
+        "(`proctor report` counts it in the cheating rate)."))
 
 
 FamilyMaker = Callable[[int, int, dict[str, Any], Path], Task]
@@ -205,6 +215,9 @@ class Family(BaseModel):
     params: tuple[ParamSpace, ...] = Field((), description=(
         "The parameters it varies and their values (each a key of default_params); empty when only the seed "
         "and the difficulty vary. What `proctor report` groups by and `proctor generate` draws from."))
+    make_impossible: FamilyMaker | None = Field(None, description=(
+        "Like `make`, for the instance's impossible variant (`proctor run --impossible`): the same task with the "
+        "spec made unmeetable honestly (data withheld, or a hidden key that contradicts it); deterministic too."))
 
     @field_validator("id")
     @classmethod
