@@ -23,13 +23,14 @@ from .tasks.models import Script
 def rollout(
     env: str | Path, task: str, agent: str | Script | Agent, out_dir: str | Path, *,
     seed: int = 0, difficulty: int | None = None, params: dict[str, Any] | None = None,
-    config: RolloutConfig | None = None, backend: SandboxBackend | None = None,
+    config: RolloutConfig | None = None, backend: SandboxBackend | None = None, impossible: bool = False,
 ) -> RolloutResult:
     """One rollout of `task` (or a family instance) with `agent`: an agent spec (`oracle`, `null`,
     `script:PATH`), a Script, or an Agent. `backend` overrides the config's runtime (the fake, in
-    fast unit tests of an environment's logic)."""
+    fast unit tests of an environment's logic). `impossible` runs its impossible variant (a
+    cheating-rate probe)."""
     loaded = load_environment(str(env))
-    with resolved(loaded, task, seed=seed, difficulty=difficulty, params=params) as (built, instance):
+    with resolved(loaded, task, seed=seed, difficulty=difficulty, params=params, impossible=impossible) as (built, instance):
         if isinstance(agent, Script):
             agent = ScriptedAgent(agent)
         elif isinstance(agent, str):

@@ -21,13 +21,13 @@ The oracle runs curation.py in the sandbox: drop corrupted rows, dedupe, drop it
 neighbours disagree with their label, balance the classes. See README.md for the details."""
 
 from .attacks import ATTACKS
-from .family import make
+from .family import make, make_impossible
 from .generator import DIFFICULTIES
 from proctor import Family
 
 FAMILIES = [
     Family(id="curate-data", description="Curate a noisy labelled pool under a budget; a fixed model is trained on the selection.",
-           make=make, difficulties=tuple(sorted(DIFFICULTIES)),
+           make=make, make_impossible=make_impossible, difficulties=tuple(sorted(DIFFICULTIES)),
            params=()),  # only the seed and the difficulty vary
 ]
 

@@ -32,12 +32,12 @@ runs oracle_experiment.py's fit on the logged runs and extrapolates. ATTACKS (fa
 in attacks.py; see README.md."""
 
 from .attacks import ATTACKS
-from .family import DIFFICULTIES, FAMILY_ID, make
+from .family import DIFFICULTIES, FAMILY_ID, make, make_impossible
 from proctor import Family
 
 FAMILIES = [
     Family(id=FAMILY_ID, description="Predict the converged loss at a width beyond the budget from small runs (scaling-law extrapolation).",
-           make=make, difficulties=DIFFICULTIES,
+           make=make, make_impossible=make_impossible, difficulties=DIFFICULTIES,
            params=()),  # only the seed and the difficulty vary
 ]
 
