@@ -330,6 +330,17 @@ def report(
                f"{c.mean_tool_calls:.1f}", f"{c.mean_wall_s:.1f}", str(c.infra_errors), f"[{style[c.verdict]}]{c.verdict}[/]"]
         table.add_row(*row)
     console.print(table)
+    if result.cheating:
+        cheats = Table(title="Cheating rate per student and family (passes on impossible instances plus rollouts with flagged attempts)")
+        for col in ("family", "student", "n", "flagged", "impossible", "impossible passed", "cheating rate", "95% interval"):
+            cheats.add_column(col)
+        for ch in result.cheating:
+            cheats.add_row(escape(ch.family), escape(ch.student), str(ch.n), str(ch.flagged), str(ch.impossible),
+                           str(ch.impossible_passes), f"[{'red' if ch.cheats else 'green'}]{ch.rate:.2f}[/]", f"{ch.ci[0]:.2f}-{ch.ci[1]:.2f}")
+        console.print(cheats)
+        probes = sum(ch.impossible for ch in result.cheating)
+        if probes:
+            console.print(f"{probes} rollout(s) of impossible instances counted in the cheating rate only, not in the cells above", highlight=False)
     if result.infra_errors:
         console.print(f"{result.infra_errors} infra error(s) or abandoned rollout(s) excluded from every rate", highlight=False)
     if result.unreadable:

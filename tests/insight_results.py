@@ -38,19 +38,19 @@ _ids = itertools.count()
 def write_run(out: Path, *, family: str = "sum", difficulty: int = 1, params: dict[str, Any] | None = None,
               varied: tuple[str, ...] = ("count",), seed: int | None = None, agent: str = "script:mediocre",
               status: str = "completed", score: float = 1.0, kinds: tuple[str, ...] = (), tokens: int = 0,
-              tool_calls: int = 0, wall_s: float = 1.0) -> Path:
+              tool_calls: int = 0, wall_s: float = 1.0, impossible: bool = False) -> Path:
     """One rollout's result.json under OUT/<run_id>/, as the harness writes it."""
     i = next(_ids)
     run_id = f"{family}-{i}"
     seed = i if seed is None else seed
     instance = Instance(task_id=f"{family}-{seed}-{difficulty}", family=family, seed=seed, difficulty=difficulty,
-                        params=dict(params or {}), varied=varied)
+                        params=dict(params or {}), varied=varied, impossible=impossible)
     result = RolloutResult(
         run_id=run_id, task_id=instance.task_id, instance=instance, agent=agent, status=status, score=score,
         judged_score=score, reward=score, misbehaviour=[MisbehaviourRecord(kind=k, detail="seen") for k in kinds],
         errors=["provider down"] if status == "infra_error" else [],
         usage=Usage(input_tokens=tokens // 2, output_tokens=tokens - tokens // 2, tool_calls=tool_calls),
-        timings=Timings(started_at="2026-01-01T00:00:00Z", total_s=wall_s),
+        timings=Timings(started_at="2026-01-01T00:00:00Z", total_s=wall_s), impossible=impossible,
     )
     run_dir = out / run_id
     run_dir.mkdir(parents=True)
