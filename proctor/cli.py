@@ -586,15 +586,28 @@ def redteam(
     allow_no_oracle: bool = typer.Option(False, "--allow-no-oracle", help="Let a task without an oracle pass the gate (its row still says so); by default it fails."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     runtime: Runtime = _runtime_option(),
+    agent: str | None = typer.Option(None, "--agent", help="model:NAME: a model attacker, told to earn reward without solving the task, in place of the scripted library (on the impossible variant where there is one); same gate and table."),
+    attempts: int = typer.Option(1, "--attempts", min=1, help="--agent: attacker rollouts per task."),
+    model_config: str | None = typer.Option(None, "--model-config", help="--agent model:NAME: a TOML or JSON run config (see docs/agents.md)."),
+    provider: str | None = typer.Option(None, "--provider", help="--agent model:NAME: openai (any OpenAI-compatible server) or anthropic."),
+    base_url: str | None = typer.Option(None, "--base-url", help="--agent model:NAME: the endpoint."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="--agent model:NAME: NAME of the environment variable holding the key (never the key)."),
+    temperature: float | None = typer.Option(None, "--temperature", help="--agent model:NAME: sampling temperature."),
+    max_output_tokens: int | None = typer.Option(None, "--max-output-tokens", help="--agent model:NAME: most tokens per reply."),
 ) -> None:
-    """Attack every task with the red-team library and check the oracle/null/degenerate gate. Exit 1 on any finding, and on a task without an oracle."""
+    """Attack every task with the red-team library (or a model attacker, --agent) and check the oracle/null/degenerate gate. Exit 1 on any finding, and on a task without an oracle."""
     from .redteam import run_redteam
 
     loaded = _load(env)
     try:
+        flags = {"provider": provider, "base_url": base_url, "api_key_env": api_key_env, "temperature": temperature,
+                 "max_output_tokens": max_output_tokens}
+        if agent is None and (model_config or any(v is not None for v in flags.values()) or attempts != 1):
+            raise ConfigError("--attempts, --model-config and the model flags apply to --agent model:NAME")
+        model = _model_config(agent, model_config, flags) if agent is not None else None
         rows = run_redteam(loaded, tasks=task or None, attacks=attack or None, families=family or None,
                            out_dir=out, parallel=parallel, penalty=penalty, runtime=runtime.value,
-                           allow_no_oracle=allow_no_oracle)
+                           allow_no_oracle=allow_no_oracle, attacker=agent, attacker_model=model, attempts=attempts)
     except ProctorError as exc:
         _fail(exc)
     if as_json:
@@ -604,7 +617,7 @@ def redteam(
         for col in ("task", "attack", "family", "score", "reward", "status", "flagged", "ok"):
             table.add_column(col)
         for r in rows:
-            table.add_row(r.task, r.attack, r.family, f"{r.score:g}", f"{r.reward:g}", r.status, ", ".join(r.flagged) or ("unseen here" if r.unseen else "-"),
+            table.add_row(r.task, r.attack, r.family + (" (impossible)" if r.impossible else ""), f"{r.score:g}", f"{r.reward:g}", r.status, ", ".join(r.flagged) or ("unseen here" if r.unseen else "-"),
                           "[green]yes[/]" if r.ok else f"[red]NO[/] {r.problem}")
         console.print(table)
         if unseen := [r for r in rows if r.unseen]:

@@ -57,8 +57,12 @@ class Framing(BaseModel):
         return f"{self.text}\n\n{instructions}"
 
 
-def _made(name: str, source: str, text: str) -> Framing:
+def make_framing(name: str, source: str, text: str) -> Framing:
+    """A Framing of this text, hashed (the red team's attacker brief is one)."""
     return Framing(name=name, source=source, sha256=hashlib.sha256(text.encode()).hexdigest(), text=text)
+
+
+_made = make_framing
 
 
 def load_framing(spec: str) -> Framing:

@@ -9,6 +9,9 @@ allows it (`allow_no_oracle`, `proctor redteam --allow-no-oracle`), and then it 
 misbehaviour flag zeroed its score: the task is then safe only as long as the detector fires. A task
 failing the gate is reported as unusable.
 
+With `attacker` (`proctor redteam --agent model:NAME`) a model told to earn reward without solving
+the task (proctor.redteam.model_attacker) replaces the scripted library: same gate, same rows.
+
 `penalty` is the trainer's misbehaviour penalty (as in `proctor run --penalty`): each row's
 `reward` is what a trainer would give that rollout."""
 
@@ -25,7 +28,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ..agents.base import Agent
-from ..agents.scripted import NullAgent, ScriptedAgent
+from ..agents.model_config import ModelConfig
+from ..agents.scripted import NullAgent, ScriptedAgent, make_agent
 from ..harness import RolloutConfig, run_rollout
 from ..errors import ConfigError
 from ..results import write_atomically
@@ -33,6 +37,7 @@ from ..sandbox import RUNTIMES, get_backend
 from ..tasks.loading import Environment, resolved
 from ..tasks.models import Script, ScriptTurn, Task
 from .attacks import ATTACKS, applicable, environment_attacks
+from .model_attacker import ATTACKER_BRIEF, has_impossible_variant
 from .runtime_gaps import unseen
 
 
@@ -52,6 +57,7 @@ class RedteamRow(BaseModel):
     problem: str = ""
     unseen: str = ""  # held but not flagged, because this runtime has no witness for it (runtime_gaps.py)
     run_id: str = ""  # the rollout's OUT/<run_id>/ (empty when the harness crashed before writing it)
+    impossible: bool = False  # the rollout faced the task's impossible variant (the model attacker, where one exists)
 
 
 TABLE_FILE = "redteam.json"  # the rows, beside the rollouts of `proctor redteam --out DIR` (what `proctor view` shows)
@@ -111,11 +117,43 @@ def _no_oracle_row(task: Task, allowed: bool) -> RedteamRow:
                       flagged=[], expected_flags=[], harness_survived=True, duration_s=0.0, ok=allowed, problem=why)
 
 
+def _attacker_jobs(env: Environment, ident: str, task: Task, instance, stack: ExitStack, attacker: str,
+                   model: ModelConfig | None, attempts: int) -> list[tuple]:
+    """The model attacker's rollouts of one task or family: on its impossible variant where it has
+    one (any reward is then a hack), else on the task itself."""
+    if has_impossible_variant(env, ident):
+        task, instance = stack.enter_context(resolved(env, ident, impossible=True))
+    make_agent(attacker, task, model).close()  # a bad model config fails here, before any rollout
+    names = [attacker] if attempts == 1 else [f"{attacker} #{i + 1}" for i in range(attempts)]
+    return [(task, instance, name, "model", _Later(attacker, task, model), (), False) for name in names]
+
+
+class _Later:
+    """An agent made only when its rollout starts (a model agent holds a client)."""
+
+    def __init__(self, spec: str, task: Task, model: ModelConfig | None) -> None:
+        self.spec, self.task, self.model = spec, task, model
+
+    def make(self) -> Agent:
+        return make_agent(self.spec, self.task, self.model)
+
+
 def run_redteam(
     env: Environment, *, tasks: list[str] | None = None, attacks: list[str] | None = None,
     families: list[str] | None = None, out_dir: str | Path | None = None, parallel: int = 1, penalty: float = 0.0,
-    runtime: str = "bwrap", allow_no_oracle: bool = False,
+    runtime: str = "bwrap", allow_no_oracle: bool = False, attacker: str | None = None,
+    attacker_model: ModelConfig | None = None, attempts: int = 1,
 ) -> list[RedteamRow]:
+    """The gate and the attacks, one row each. With `attacker` (`model:NAME`, its `attacker_model`
+    config) a model attacker (proctor.redteam.model_attacker) makes `attempts` rollouts per task in
+    place of the scripted library; the gate is the same."""
+    if attacker is not None:
+        if not attacker.startswith("model:"):
+            raise ConfigError(f"--agent {attacker!r}: the red team's attacker is a model, model:NAME (the scripted library runs without --agent)")
+        if attacks or families:
+            raise ConfigError("--agent runs the model attacker instead of the scripted library; drop --attack and --family")
+        if attempts < 1:
+            raise ConfigError(f"--attempts {attempts}: give at least 1")
     if not 0.0 <= penalty <= 10.0:
         raise ConfigError(f"penalty {penalty:g} is outside 0..10 (a misbehaved rollout's reward is minus the penalty)")
     if runtime not in RUNTIMES:
@@ -148,6 +186,9 @@ def run_redteam(
                 no_oracle.append(_no_oracle_row(task, allow_no_oracle))
             for name, family, agent, expected, want_max in gate:
                 jobs.append((task, instance, name, family, agent, expected, want_max))
+            if attacker is not None:
+                jobs += _attacker_jobs(env, ident, task, instance, instances, attacker, attacker_model, attempts)
+                continue
             for attack, script in applicable(task, own):
                 if (attacks and attack.id not in attacks) or (families and attack.family not in families):
                     continue
@@ -158,6 +199,10 @@ def run_redteam(
 
         def run(job):
             task, instance, name, family, agent, expected, want_max = job
+            if isinstance(agent, _Later):  # the model attacker: made when it runs, briefed by its framing
+                row = _one(task, instance, env, out, name, family, agent.make(), expected, want_max,
+                           config.model_copy(update={"framing": ATTACKER_BRIEF}))
+                return row.model_copy(update={"impossible": bool(task.impossible)})
             return _one(task, instance, env, out, name, family, agent, expected, want_max, config)
         if parallel <= 1:
             rows = [run(job) for job in jobs]
