@@ -109,6 +109,14 @@ def _table(cells: Sequence[Cell]) -> str:
     return "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
 
 
+def _cheating_table(report: Report) -> str:
+    head = ("family", "student", "n", "flagged", "impossible", "impossible passed", "cheating rate", "interval")
+    rows = ["<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+        ch.family, ch.student, ch.n, ch.flagged, ch.impossible, ch.impossible_passes, f"{ch.rate:.2f}",
+        f"{ch.ci[0]:.2f}-{ch.ci[1]:.2f}")) + "</tr>" for ch in report.cheating]
+    return "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+
+
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}
 .weak{color:#c0392b}.frontier{color:#d68910}.saturated{color:#1e8449}.too_few{color:#7f8c8d}
@@ -138,6 +146,10 @@ def render(report: Report, curriculum: Curriculum | None = None) -> str:
         more = f" (the {len(plotted)} weakest of {len(report.cells)})" if len(plotted) < len(report.cells) else ""
         parts += [f"<h2>Pass rate and misbehaviour per cell{more}</h2>", _cells_plot(plt, plotted)]
     parts += ["<h2>Cells</h2>", _table(report.cells)]
+    if report.cheating:
+        parts += ["<h2>Cheating rate per student and family</h2>",
+                  "<p>Rollouts that passed an impossible instance (no honest pass exists) or had a flagged attempt, "
+                  "each counted once; impossible instances are left out of the cells above.</p>", _cheating_table(report)]
     if report.problems:
         parts.append("<h2>Unreadable files</h2><ul>" + "".join(
             f"<li>{html.escape(p.path)}: {html.escape(p.reason)}</li>" for p in report.problems) + "</ul>")
