@@ -221,7 +221,8 @@ def test_a_family_instance_is_recorded_and_rebuilt_identically_from_it(tmp_path,
     out = tmp_path
     first = fake_rollout(BASICS, "sum", "null", out, seed=3, difficulty=2)
     assert first.instance.model_dump() == {"task_id": "sum-3-2", "family": "sum", "seed": 3, "difficulty": 2,
-                                           "params": {"count": 5, "numbers": 10}, "varied": (), "key_fingerprint": salts.key_fingerprint()}
+                                           "params": {"count": 5, "numbers": 10}, "varied": (), "key_fingerprint": salts.key_fingerprint(),
+                                           "impossible": False}
     oracle = script("python3 -c \"print(sum(int(l) for l in open('/data/numbers.txt')))\" > /workdir/answer.txt", SUBMIT)
     again = fake_rollout(BASICS, "sum", oracle, out, seed=first.instance.seed, difficulty=first.instance.difficulty,
                     params={"count": 5})

@@ -53,5 +53,7 @@ def write_instances(specs: Iterable[InstanceSpec], path: str | Path) -> Path:
     path = Path(path)
     if path.parent and not path.parent.is_dir():
         raise ConfigError(f"{path}: directory {path.parent} does not exist")
-    write_atomically(path, "".join(spec.model_dump_json(exclude_none=True) + "\n" for spec in specs))
+    # `impossible` only where it is true: a plain instances file reads as it always did.
+    write_atomically(path, "".join(spec.model_dump_json(exclude_none=True, exclude=None if spec.impossible else {"impossible"}) + "\n"
+                                   for spec in specs))
     return path
