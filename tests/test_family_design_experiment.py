@@ -105,7 +105,8 @@ def test_every_family_attack_scores_zero_and_is_flagged_where_detectable(attack,
 
 def test_the_same_seed_rebuilds_the_same_instance_and_other_seeds_differ():
     lines = check_environment(loaded)  # proctor check: builds each difficulty twice and compares
-    assert sum("deterministic" in line for line in lines) == len(family.DIFFICULTIES)
+    assert sum("deterministic" in line and "impossible" not in line for line in lines) == len(family.DIFFICULTIES)
+    assert any(line.startswith("family scaling-law impossible variant") for line in lines)
     built = [_build(seed, 1) for seed in (0, 0, 1)]
     try:
         files = [{p.name: p.read_bytes() for d in ("data", "hidden") for p in (ws / d).iterdir()} for _, ws in built]
