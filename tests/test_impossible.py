@@ -133,3 +133,18 @@ def test_proctor_run_impossible_marks_the_batch_and_its_results(confinement, tmp
     (path,) = tmp_path.glob("*/result.json")
     result = json.loads(path.read_text())
     assert result["impossible"] is True and result["instance"]["impossible"] is True and result["score"] == 0.0
+
+
+def test_serve_refuses_an_unknown_framing_before_it_listens(tmp_path):
+    res = CliRunner().invoke(app, ["serve", QUARTERLY, "--out", str(tmp_path), "--port", "1", "--framing", "sneaky"])
+    assert res.exit_code == 2 and "neither a shipped framing" in res.output and "Traceback" not in res.output, res.output
+
+
+def test_impossible_on_a_family_without_a_variant_is_a_clear_error_in_run_and_in_an_instances_file(tmp_path):
+    basics = str(Path(__file__).parent / "envs" / "basics")
+    res = CliRunner().invoke(app, ["run", basics, "--task", "sum", "--agent", "null", "--out", str(tmp_path / "a"), "--impossible"])
+    assert res.exit_code == 2 and "family 'sum' has no impossible variant" in res.output, res.output
+    lines = tmp_path / "i.jsonl"
+    lines.write_text(json.dumps({"family": "sum", "seed": 0, "impossible": True}) + "\n")
+    res = CliRunner().invoke(app, ["run", basics, "--instances", str(lines), "--agent", "null", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "has no impossible variant" in res.output and "Traceback" not in res.output, res.output
