@@ -148,3 +148,19 @@ def test_impossible_on_a_family_without_a_variant_is_a_clear_error_in_run_and_in
     lines.write_text(json.dumps({"family": "sum", "seed": 0, "impossible": True}) + "\n")
     res = CliRunner().invoke(app, ["run", basics, "--instances", str(lines), "--agent", "null", "--out", str(tmp_path / "b")])
     assert res.exit_code == 2 and "has no impossible variant" in res.output and "Traceback" not in res.output, res.output
+
+
+def test_proctor_check_names_a_missing_key_of_an_impossible_variant(tmp_path):
+    env = tmp_path / "keyless"
+    env.mkdir()
+    (env / "__init__.py").write_text(
+        "from pathlib import Path\n"
+        "from proctor import ExactAnswer, Step, Task\n"
+        "def variant(ws: Path) -> Task:\n"
+        "    (ws / 'hidden').mkdir()  # the key is never written\n"
+        "    return TASKS[0].model_copy(update={'hidden': ws / 'hidden', 'impossible_variant': None})\n"
+        "TASKS = [Task(id='t', steps=[Step(instructions='x', submit=('a',), judge=ExactAnswer(path='a', expected='1'))],\n"
+        "              impossible_variant=lambda ws: variant(ws).model_copy(update={'steps': (Step(instructions='x', submit=('a',),\n"
+        "                  judge=ExactAnswer(path='a', expected_file='key.txt')),)}))]\n")
+    res = CliRunner().invoke(app, ["check", str(env)])
+    assert res.exit_code != 0 and "impossible" in res.output and "key.txt" in res.output and "Traceback" not in res.output, res.output

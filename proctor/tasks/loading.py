@@ -262,7 +262,7 @@ def check_environment(env: Environment) -> list[str]:
         _check_task_dirs(task, f"task {task.id!r}")
         _check_judge_files(task, env.directory, f"task {task.id!r}")
         if task.impossible_variant is not None:
-            _check_impossible(lambda ws, task=task: impossible_task(task, ws), env.directory, f"task {task.id!r}")
+            _check_impossible(lambda ws, task=task: impossible_task(task, ws), env.directory, f"task {task.id!r} (impossible variant)")
         lines.append(f"task {task.id}: {len(task.steps)} step(s), tools {', '.join(task.tools)}"
                      + (", oracle" if task.oracle else "") + (", impossible variant" if task.impossible_variant else ""))
         missing = missing_packages(task.packages)
