@@ -112,10 +112,12 @@ def tasks(
 ) -> None:
     """List an environment's tasks and families."""
     loaded = _load(env)
-    rows = [{"id": t.id, "kind": "task", "steps": len(t.steps), "oracle": t.oracle is not None, "description": t.description}
+    rows = [{"id": t.id, "kind": "task", "steps": len(t.steps), "oracle": t.oracle is not None,
+             "impossible_variant": t.impossible_variant is not None, "description": t.description}
             for t in loaded.tasks.values()]
     rows += [{"id": f.id, "kind": "family", "difficulties": list(f.difficulties), "params": f.default_params,
-              "varies": {p.name: list(p.values) for p in f.params}, "description": f.description} for f in loaded.families.values()]
+              "varies": {p.name: list(p.values) for p in f.params}, "impossible_variant": f.make_impossible is not None,
+              "description": f.description} for f in loaded.families.values()]
     if as_json:
         typer.echo(json.dumps(rows, indent=2, default=str))
         raise typer.Exit(0)
@@ -125,6 +127,7 @@ def tasks(
     for row in rows:
         details = (f"{row['steps']} step(s){', oracle' if row['oracle'] else ''}" if row["kind"] == "task"
                    else f"difficulties {row['difficulties']}" + "".join(f", {k} in {v}" for k, v in row["varies"].items()))
+        details += ", impossible variant" if row["impossible_variant"] else ""
         table.add_row(row["id"], row["kind"], details, row["description"])
     console.print(table)
 

@@ -164,3 +164,12 @@ def test_proctor_check_names_a_missing_key_of_an_impossible_variant(tmp_path):
         "                  judge=ExactAnswer(path='a', expected_file='key.txt')),)}))]\n")
     res = CliRunner().invoke(app, ["check", str(env)])
     assert res.exit_code != 0 and "impossible" in res.output and "key.txt" in res.output and "Traceback" not in res.output, res.output
+
+
+def test_proctor_tasks_says_which_have_an_impossible_variant():
+    for env, ident in [*FAMILIES, ("quarterly_revenue", "q3-revenue")]:
+        res = CliRunner().invoke(app, ["tasks", str(EXAMPLES / env), "--json"])
+        rows = {row["id"]: row for row in json.loads(res.output)}
+        assert rows[ident]["impossible_variant"] is True
+    rows = json.loads(CliRunner().invoke(app, ["tasks", str(EXAMPLES / "essay_review"), "--json"]).output)
+    assert [row["impossible_variant"] for row in rows] == [False]
