@@ -132,6 +132,7 @@ class Task(BaseModel):
         None, description="The weakest sandbox runtime this task may run under (gvisor is stronger than bwrap); a rollout on a weaker one is refused unless allow_degraded.")
     oracle: Script | None = Field(None, description="A reference solution as a script; the `oracle` agent plays it.")
     params: dict[str, Any] = Field(default_factory=dict, description="The instance parameters (set by families).")
+    tags: tuple[str, ...] = Field((), description="Free labels (an imported task's metadata: its tags, `difficulty:hard`, `category:...`).")
 
     @field_validator("id")
     @classmethod
