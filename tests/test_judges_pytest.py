@@ -276,3 +276,18 @@ def test_honest_files_that_look_like_hooks_are_not_flagged(confinement, tmp_path
     (sub / "setup.cfg").write_text("[tool:pytest]\naddopts = -p evil\n")
     verdict = evaluate(judge, JudgeContext(submission=sub, hidden=ENV / "hidden", sandbox_spec=SandboxSpec(workdir="/app")))
     assert [e.kind for e in verdict.misbehaviour] == ["judge_tampering"] and "setup.cfg" in verdict.misbehaviour[0].detail
+
+
+@pytest.mark.parametrize("name", ["oracle", "os._exit-at-import", "patch-TestReport", "always-equal"])
+def test_under_gvisor_too(gvisor_confinement, tmp_path, name):
+    from proctor.sandbox import get_backend
+
+    files, kind = ({"solution.py": SOLUTION}, None) if name == "oracle" else (HACKS[name][0], HACKS[name][2])
+    sub = write(tmp_path / "submission", files)
+    ctx = JudgeContext(submission=sub, hidden=ENV / "hidden", sandbox_spec=SandboxSpec(workdir="/app"), backend=get_backend("gvisor"))
+    verdict = evaluate(PytestJudge(tests="tests", timeout_s=120), ctx)
+    assert not verdict.infra_error, verdict.explanation
+    if kind is None:
+        assert verdict.score == 1.0 and not verdict.misbehaviour, verdict.explanation
+    else:
+        assert verdict.score == 0.0 and kind in [e.kind for e in verdict.misbehaviour], verdict.explanation
