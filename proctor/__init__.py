@@ -10,7 +10,7 @@ proctor.custody, proctor.harness, proctor.redteam, proctor.errors):
 from .episode import Action, Episode
 from .errors import ConfigError, ProctorError
 from .harness import run_rollout
-from .judges import Criterion, ExactAnswer, FunctionJudge, Judge, JudgeContext, RubricJudge, Verdict
+from .judges import Criterion, ExactAnswer, FunctionJudge, Judge, JudgeContext, PytestJudge, RubricJudge, Verdict
 from .results import RolloutResult
 from .sandbox.models import SandboxLimits
 from .tasks import Family, Instance, Limits, Script, Step, Task, load_environment
@@ -18,7 +18,7 @@ from .tasks import Family, Instance, Limits, Script, Step, Task, load_environmen
 # Growth is deliberate: tests/test_layering.py lists these names.
 __all__ = [
     "Task", "Step", "Family", "Instance", "Limits", "SandboxLimits", "Script",
-    "Judge", "JudgeContext", "Verdict", "FunctionJudge", "ExactAnswer", "RubricJudge", "Criterion",
+    "Judge", "JudgeContext", "Verdict", "FunctionJudge", "ExactAnswer", "RubricJudge", "Criterion", "PytestJudge",
     "Episode", "Action", "run_rollout", "RolloutResult", "load_environment",
     "ConfigError", "ProctorError",
 ]

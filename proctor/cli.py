@@ -41,8 +41,14 @@ def _fail(exc: ProctorError) -> None:
 
 def _load(env: str):
     from .tasks import load_environment
+    from .tasks.harbor import layout, task_environment
 
     try:
+        if layout(env):
+            loaded, notes = task_environment(env)
+            for note in notes:
+                typer.echo(f"note: {note}", err=True)
+            return loaded
         return load_environment(env)
     except ProctorError as exc:
         _fail(exc)
@@ -157,8 +163,8 @@ def _parse_params(items: list[str]) -> dict:
 
 @app.command()
 def run(
-    env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, or an importable module."),
-    task: str | None = typer.Option(None, "--task", help="Task id, or family id (then --seed, --difficulty, --param)."),
+    env: str = typer.Argument(..., help="Environment: a directory with an __init__.py, an importable module, or a Harbor / old Terminal-Bench task directory."),
+    task: str | None = typer.Option(None, "--task", help="Task id, or family id (then --seed, --difficulty, --param); may be left out when there is only one task."),
     instances: str | None = typer.Option(None, "--instances", help="Instead of --task: run exactly the family instances of this file (one JSON object a line, as `proctor generate` writes), one rollout each."),
     agent: str = typer.Option(..., "--agent", help="script:PATH (a scripted-agent JSON file), oracle, null, or model:NAME."),
     out: str = typer.Option(..., "--out", help="Directory for OUT/<run_id>/result.json and transcript.jsonl."),
@@ -208,6 +214,8 @@ def run(
                 bars[0].advance(result)
 
         try:
+            if task is None and instances is None and len(loaded.tasks) == 1 and not loaded.families:
+                task = next(iter(loaded.tasks))  # a Harbor / Terminal-Bench task directory, or a one-task environment
             if (task is None) == (instances is None):
                 raise ConfigError("give either --task or --instances FILE")
             if instances is not None and (param or difficulty is not None or n != 1 or seed != 0):
@@ -532,6 +540,29 @@ def _model_config(agent: str, path: str | None, flags: dict):
     if path:
         return ModelConfig.load(path, **overrides)
     return ModelConfig.build(overrides, origin="--agent model:NAME")
+
+
+import_app = typer.Typer(no_args_is_help=True, help="Write a Proctor environment from tasks in other formats.")
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("harbor")
+def import_harbor(
+    dirs: list[str] = typer.Argument(..., help="Harbor (task.toml) or old Terminal-Bench (task.yaml) task directories."),
+    out: str = typer.Option(..., "--out", help="Directory of the new environment (must not exist, or be empty)."),
+) -> None:
+    """Write an environment whose tasks keep pointing at the original task directories."""
+    from .tasks.harbor import write_environment
+
+    try:
+        imported = write_environment(dirs, out)
+    except ProctorError as exc:
+        _fail(exc)
+    for item in imported:
+        console.print(f"[green]imported[/green] {item.task.id} ({item.layout})", highlight=False)
+        for note in item.notes:
+            console.print(f"  note: {note}", highlight=False, soft_wrap=True)
+    console.print(f"environment in {out}: `proctor check {out}`, `proctor run {out} --task ID --agent oracle --out OUT`", highlight=False)
 
 
 image_app = typer.Typer(no_args_is_help=True, help="The read-only system image every sandbox mounts as its own /usr, /etc and runtime.")

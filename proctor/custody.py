@@ -59,8 +59,13 @@ Misbehaviour = Literal[
 
 __all__ = [
     "ArtifactReport", "CustodyError", "CustodyItem", "CustodyLimits", "CustodyReport", "Misbehaviour",
-    "CustodyPoint", "MisbehaviourEvent", "SkippedEntry", "custody_point", "save_artifact", "take_custody",
+    "CustodyPoint", "MisbehaviourEvent", "SkippedEntry", "WHOLE_WORKDIR", "custody_point", "save_artifact", "take_custody",
 ]
+
+WHOLE_WORKDIR = "*"
+"""Declared alone (`submit=("*",)`): the whole workdir is one item, every entry in it copied under
+the same strict rules as a declared path (the first symlink, special file, foreign hard link, cap
+overrun or too-deep entry refuses it all)."""
 
 _CHUNK = 1 * MiB
 _REASON_PATH_CHARS = 300
@@ -520,6 +525,10 @@ def take_custody(
     item's share is given back."""
     if isinstance(paths, str):
         raise CustodyError(f"paths must be a list of declared paths, not the string {paths!r}")
+    if WHOLE_WORKDIR in paths:
+        if len(paths) != 1:
+            raise CustodyError(f"declared submission paths {list(paths)!r}: '*' (the whole workdir) must be declared alone")
+        return _take_whole(root, dest, student_uid, limits)
     declared = [(p, _declared_parts(p, limits)) for p in paths]
     _check_overlap(declared)
     root_fd, root_st = _open_root(root)
@@ -533,6 +542,32 @@ def take_custody(
     finally:
         os.close(root_fd)
     return CustodyReport(items=items, dest=os.path.abspath(dest))
+
+
+def _take_whole(root: str | Path, dest: str | Path, student_uid: int | None, limits: CustodyLimits) -> CustodyReport:
+    """The whole workdir as one strict item: each top-level entry is copied like a declared path;
+    the first refusal anywhere empties dest and refuses the lot."""
+    root_fd, root_st = _open_root(root)
+    try:
+        dest_fd = _make_dest(dest, root)
+        try:
+            copier = _Copier(limits=limits, owner_uid=_owner(student_uid, root_st), lenient=False)
+            try:
+                for name in copier.list(root_fd, b".", 0):
+                    st = copier.lstat(root_fd, name, name)
+                    copier.vet(st, name)
+                    copier.copy_entry(root_fd, name, st, name, 1, dest_fd)
+            except _Refusal as refusal:
+                for name in os.listdir(dest_fd):
+                    _remove_entry(dest_fd, os.fsencode(name))
+                item = CustodyItem(path=WHOLE_WORKDIR, status="refused", reason=refusal.reason, misbehaviour=refusal.kind)
+            else:
+                item = CustodyItem(path=WHOLE_WORKDIR, status="copied", files=copier.files, bytes=copier.bytes)
+        finally:
+            os.close(dest_fd)
+    finally:
+        os.close(root_fd)
+    return CustodyReport(items=[item], dest=os.path.abspath(dest))
 
 
 def _take_item(copier: _Copier, root_fd: int, dest_fd: int, declared: str, parts: tuple[bytes, ...]) -> CustodyItem:

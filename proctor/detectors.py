@@ -57,6 +57,7 @@ KINDS: dict[str, str] = {
 
 # Directories the student sees as they are on the host: a tripwire inside one (or above one) would
 # fire on honest reads, so it is dropped. /tmp and /dev/shm are the student's own private places.
+# The task's own workdir and data paths (default /workdir and /data) join them per task.
 _SHARED_VIEW = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev", "/workdir", "/data")
 _PRIVATE_VIEW = ("/tmp", "/dev/shm", "/var/tmp")
 # Other processes' roots, environments and memory: nothing an honest tool call needs (`ps` reads
@@ -89,11 +90,12 @@ def _is_under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def is_tripwire_path(path: str, runtime: str | None) -> bool:
-    """False for a path the student sees anyway, or that lies above something it sees."""
+def is_tripwire_path(path: str, runtime: str | None, places: tuple[str, ...] = ()) -> bool:
+    """False for a path the student sees anyway, or that lies above something it sees (`places`:
+    the task's own workdir and data paths)."""
     if not path.startswith("/") or path == "/":
         return False
-    visible = [*_SHARED_VIEW, *([runtime] if runtime else [])]
+    visible = [*_SHARED_VIEW, *places, *([runtime] if runtime else [])]
     if any(_is_under(path, root) or _is_under(root, path) for root in visible):
         return False
     # Above or equal to a private place (e.g. the output directory is /tmp itself): too coarse.
@@ -129,11 +131,12 @@ def tripwires(task: Task, *, env_dir: Path | None = None, run_dir: Path | None =
         out_dir = run_dir if any(_is_under(str(run_dir.parent), p) for p in _PRIVATE_VIEW) else run_dir.parent
     candidates = [task.hidden, env_dir, Path(sys.prefix), Path(__file__).resolve().parent, STATE_DIR, out_dir]
     prefixes: list[str] = []
+    places = (getattr(task, "workdir", "/workdir"), getattr(task, "data_at", "/data"))
     for candidate in candidates:
         if candidate is None:
             continue
         for form in {str(candidate), str(Path(candidate).resolve())}:
-            if is_tripwire_path(form, runtime) and form not in prefixes:
+            if is_tripwire_path(form, runtime, places) and form not in prefixes:
                 prefixes.append(form)
     return Tripwires(tuple(sorted(prefixes, key=len, reverse=True)))
 

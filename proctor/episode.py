@@ -409,7 +409,8 @@ class Episode:
         missing = missing_packages(task.packages)
         if missing:
             raise ConfigError(f"task {task.id!r} needs {', '.join(missing)} in the student runtime; add them to runtime-requirements.txt and run `make setup`")
-        spec = SandboxSpec(limits=task.limits.sandbox, data_dir=str(task.data) if task.data else None)
+        spec = SandboxSpec(limits=task.limits.sandbox, data_dir=str(task.data) if task.data else None,
+                           workdir=task.workdir, data_at=task.data_at)
         runtime_ok = at_least(self.backend.name, task.requires_runtime)
         if not runtime_ok and not self.config.allow_degraded:
             raise ConfinementError(f"task {task.id!r} requires the {task.requires_runtime} sandbox runtime and this rollout runs under "
@@ -578,6 +579,7 @@ class Episode:
             judge_ctx = JudgeContext(
                 submission=custody_dir, hidden=task.hidden, answer=answer, params=dict(self.instance.params) | dict(task.params),
                 env_dir=self.env_dir, limits=limits, step=index, misbehaviour=list(point.misbehaviour), backend=self.backend,
+                sandbox_spec=box.spec,
             )
             verdict = evaluate(step.judge, judge_ctx)
             judge_name = step.judge.describe()

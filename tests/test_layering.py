@@ -160,7 +160,7 @@ def test_the_package_root_exports_only_the_day_one_api():
 
     assert sorted(proctor.__all__) == sorted([
         "Task", "Step", "Family", "Instance", "Limits", "SandboxLimits", "Script",
-        "Judge", "JudgeContext", "Verdict", "FunctionJudge", "ExactAnswer", "RubricJudge", "Criterion",
+        "Judge", "JudgeContext", "Verdict", "FunctionJudge", "ExactAnswer", "RubricJudge", "Criterion", "PytestJudge",
         "Episode", "Action", "run_rollout", "RolloutResult", "load_environment",
         "ConfigError", "ProctorError",
     ])

@@ -8,6 +8,7 @@ from .answers import ExactAnswer, NumericAnswer
 from .base import FunctionJudge, Judge, JudgeContext, Verdict, evaluate
 from .command import CommandJudge
 from .compose import AllOf, AnyOf, Gate, WeightedSum
+from .pytest_judge import PytestJudge
 from .regex import RegexMatch
 from .rubric import Criterion, JudgeModel, JudgeModelError, RubricJudge, ScriptedJudgeModel
 from .student_code import StudentCall, StudentCallError, StudentRunner, run_student
@@ -15,6 +16,6 @@ from .testsuite import TestSuiteJudge
 
 __all__ = [
     "AllOf", "AnyOf", "CommandJudge", "Criterion", "ExactAnswer", "FunctionJudge", "Gate", "Judge", "JudgeContext",
-    "JudgeModel", "JudgeModelError", "NumericAnswer", "RegexMatch", "RubricJudge", "ScriptedJudgeModel", "StudentCall", "StudentCallError", "StudentRunner",
+    "JudgeModel", "JudgeModelError", "NumericAnswer", "PytestJudge", "RegexMatch", "RubricJudge", "ScriptedJudgeModel", "StudentCall", "StudentCallError", "StudentRunner",
     "TestSuiteJudge", "Verdict", "WeightedSum", "evaluate", "run_student",
 ]

@@ -11,10 +11,10 @@ any of it. Everything this server says is just the student's answer, which the h
 as bounded, strict JSON and times from outside. The point of this file is only that an honest
 submission gets a clean channel, and that planted files are never loaded by the server itself.
 
-Started as `python -I /grader/server.py` with cwd /workdir: -I ignores PYTHON* variables, the user
+Started as `python -I /grader/server.py` with cwd the workdir (/workdir, or the task's own; also HOME): -I ignores PYTHON* variables, the user
 site and the script's directory, so nothing the student planted (sitecustomize.py, usercustomize.py,
 *.pth, a json.py) is on the path while the interpreter starts and this file imports its modules.
-/workdir is appended to the END of sys.path only afterwards, so a student module can never shadow
+the workdir is appended to the END of sys.path only afterwards, so a student module can never shadow
 a standard module the server already holds."""
 
 import importlib
@@ -107,7 +107,7 @@ def main():
 
     # Everything above is imported; only now may student modules become importable.
     sys.path[:] = [p for p in sys.path if p and os.path.isabs(p) and p != "/grader"]
-    sys.path.append("/workdir")
+    sys.path.append(os.environ.get("HOME") or "/workdir")  # the sandbox's workdir, set by the harness
 
     write_all(reply_fd, b'{"ready": true}\n')
     requests = os.fdopen(request_fd, "rb")

@@ -59,7 +59,7 @@ class JudgeContext:
     """What a judge grades from. Paths are host paths the student cannot reach."""
 
     submission: Path
-    """Custody copy of this step's declared paths, laid out as they were under /workdir."""
+    """Custody copy of this step's declared paths, laid out as they were under the workdir."""
     hidden: Path | None = None
     """The task's hidden data (answer keys, hidden tests), or None."""
     answer: str | None = None
@@ -79,9 +79,22 @@ class JudgeContext:
     """The rollout's sandbox runtime (a `SandboxBackend`), or None for the default (bwrap). A judge
     that runs student code makes its sandboxes with `sandbox_backend()` (StudentRunner takes it as
     `backend=`), so graded code is confined exactly as the student was."""
+    sandbox_spec: Any = None
+    """The `SandboxSpec` the student's sandbox was made from (its limits, workdir and data paths,
+    mounts), or None outside a rollout. A judge that runs student code in a fresh sandbox builds it
+    from this (`grading_spec`), so the code sees the same world at the same paths."""
 
     def time_left(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+    def grading_spec(self) -> Any:
+        """The student's `SandboxSpec` (or a default one), for a fresh grading sandbox."""
+        from ..sandbox import SandboxSpec
+
+        if self.sandbox_spec is not None:
+            return self.sandbox_spec
+        limits = getattr(self.limits, "sandbox", None)
+        return SandboxSpec(limits=limits) if limits is not None else SandboxSpec()
 
     def sandbox_backend(self) -> SandboxBackend:
         from ..sandbox import get_backend

@@ -206,8 +206,8 @@ class StudentRunner:
     """Student code behind a JSON channel in a fresh sandbox. Use as a context manager.
 
     `submission` is a custody copy (regular files and directories only); it is copied into the
-    sandbox's /workdir, owned by the student's uid, and the server is started with cwd /workdir,
-    so `call("solution:add", 2, 3)` imports /workdir/solution.py. Not thread-safe: one call at a
+    sandbox's workdir (/workdir, or `spec.workdir`), owned by the student's uid, and the server is
+    started there, so `call("solution:add", 2, 3)` imports /workdir/solution.py. Not thread-safe: one call at a
     time. `deadline` (a time.monotonic() value, optional, settable later) clips every call, so
     a judge's whole budget bounds however many calls its tests make."""
 
@@ -222,11 +222,14 @@ class StudentRunner:
         require: Iterable[str] | None = None,
         deadline: float | None = None,
         backend: SandboxBackend | None = None,
+        spec: SandboxSpec | None = None,
     ) -> None:
         if call_timeout_s <= 0 or response_limit_bytes <= 0:
             raise ValueError("call_timeout_s and response_limit_bytes must be positive")
         self.submission = Path(submission)
-        self.limits = limits or SandboxLimits()
+        # The student's own spec (its workdir and data paths, mounts), when the judge has it.
+        self.base_spec = spec
+        self.limits = limits or (spec.limits if spec is not None else SandboxLimits())
         self.call_timeout_s = call_timeout_s
         self.response_limit_bytes = response_limit_bytes
         self.data_dir = data_dir
@@ -257,10 +260,11 @@ class StudentRunner:
             shutil.copyfile(SERVER_SOURCE, os.path.join(self._grader_dir, "server.py"))
             os.chmod(os.path.join(self._grader_dir, "server.py"), 0o644)
             os.chmod(self._grader_dir, 0o755)
-            spec = SandboxSpec(
-                limits=self.limits, data_dir=self.data_dir,
-                mounts=(Mount(source=self._grader_dir, target="/grader"),),
-            )
+            grader = Mount(source=self._grader_dir, target="/grader")
+            if self.base_spec is not None:
+                spec = self.base_spec.model_copy(update={"limits": self.limits, "mounts": (*self.base_spec.mounts, grader)})
+            else:
+                spec = SandboxSpec(limits=self.limits, data_dir=self.data_dir, mounts=(grader,))
             self.sandbox = self.backend.create(spec, require=self.require)
             if self.submission.is_dir():
                 self.sandbox.copy_in(self.submission)
@@ -360,7 +364,7 @@ class StudentRunner:
 
     def _start(self, end: float) -> _Server:
         assert self.sandbox is not None
-        proc = self.sandbox.spawn([self.python, "-I", "/grader/server.py"], cwd="/workdir")
+        proc = self.sandbox.spawn([self.python, "-I", "/grader/server.py"], cwd=self.sandbox.spec.workdir)
         server = _Server(proc, self._stderr)
         self._server = server
         self.servers_started += 1

@@ -165,7 +165,8 @@ class TestSuiteJudge(Judge):
         margin = min(2.0, 0.1 * ctx.time_left())
         end = ctx.deadline - margin
         results: list[tuple[str, str, str]] = []
-        with StudentRunner(ctx.submission, limits=limits, call_timeout_s=self.call_timeout_s, deadline=end, backend=ctx.sandbox_backend()) as student:
+        with StudentRunner(ctx.submission, limits=limits, call_timeout_s=self.call_timeout_s, deadline=end, backend=ctx.sandbox_backend(),
+                           spec=ctx.sandbox_spec) as student:
             for name, fn in tests:
                 now = time.monotonic()
                 if now >= end:

@@ -120,12 +120,12 @@ class StudentSandbox(Protocol):
         input: bytes | None = None,
         timeout: float = 60.0,
         output_cap: int = 1024 * 1024,
-        cwd: str = "/workdir",
+        cwd: str | None = None,
     ) -> ExecResult:
         """Run a command as the student; a string runs under /bin/sh -c. On timeout the command's
         whole tree is killed. Output past `output_cap` keeps its head and tail."""
 
-    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> StudentProcess:
+    def spawn(self, argv: Sequence[str], *, cwd: str | None = None) -> StudentProcess:
         """Start a long-running student process with pipes."""
 
     def kill_all(self, deadline_s: float = 5.0) -> KillReport:

@@ -157,11 +157,11 @@ class Sandbox:
         self._places.root.mkdir(mode=0o700, exist_ok=True)
         limits = self.spec.limits
         own = OwnView(self._places.view)
-        own.build(ETC_ALLOWLIST, identity_files(uid, gid, self.spec.hostname), limits)
+        own.build(ETC_ALLOWLIST, identity_files(uid, gid, self.spec.hostname, self.spec.workdir), limits)
         tmpfs.mount_places(self._places.workdir, self._places.tmp, self._places.shm, limits, uid)
         self._cg.create(limits)
         self._memory_guard = memory_guard.watch(self._cg, limits.memory_bytes, uid)
-        self._env = student_env(self.python_runtime, self.spec.env)
+        self._env = student_env(self.python_runtime, self.spec.env, self.spec.workdir)
         # Built (and validated: data dir, mounts, devices) once, so a bad spec fails at creation.
         self._bwrap_args = bwrap_args(self.spec, own, self._places, self.python_runtime)
         if self.spec.network.allow:
@@ -230,7 +230,8 @@ class Sandbox:
         self._children.append(proc)
         return proc
 
-    def _student_argv(self, argv: Sequence[str], cwd: str) -> list[str]:
+    def _student_argv(self, argv: Sequence[str], cwd: str | None) -> list[str]:
+        cwd = cwd or self.spec.workdir
         assert self._anchor_pid is not None
         # The syscall filter (syscall_filter.py) is installed while still root, before setpriv
         # drops to the student: a loader running as the student would be ptrace-able by the
@@ -253,7 +254,7 @@ class Sandbox:
         return self._syscalls.drain() if self._syscalls else []
 
     # -- running commands ------------------------------------------------------------------------
-    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> BwrapProcess:
+    def spawn(self, argv: Sequence[str], *, cwd: str | None = None) -> BwrapProcess:
         """Start a long-running student process with stdin/stdout/stderr pipes."""
         self._ensure_session()
         group = self._cg.new_child()
@@ -271,7 +272,7 @@ class Sandbox:
         input: bytes | None = None,
         timeout: float = 60.0,
         output_cap: int = DEFAULT_OUTPUT_CAP,
-        cwd: str = "/workdir",
+        cwd: str | None = None,
     ) -> ExecResult:
         """Run a command as the student. A string is run by /bin/sh -c. On timeout the command's
         whole process tree is killed. Output beyond `output_cap` keeps its head and tail."""
@@ -402,7 +403,7 @@ class Sandbox:
 
     def full_places(self) -> dict[str, str]:
         full = {}
-        for name, path in (("/workdir", self._places.workdir), ("/tmp", self._places.tmp), ("/dev/shm", self._places.shm)):
+        for name, path in ((self.spec.workdir, self._places.workdir), ("/tmp", self._places.tmp), ("/dev/shm", self._places.shm)):
             try:
                 st = os.statvfs(path)
             except OSError:

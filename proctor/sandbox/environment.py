@@ -12,10 +12,10 @@ def student_path(runtime: str | None) -> list[str]:
     return ([f"{runtime}/bin"] if runtime else []) + list(SYSTEM_PATH)
 
 
-def student_env(runtime: str | None, extra: dict[str, str]) -> dict[str, str]:
+def student_env(runtime: str | None, extra: dict[str, str], home: str = "/workdir") -> dict[str, str]:
     env = {
         "PATH": ":".join(student_path(runtime)),
-        "HOME": "/workdir",
+        "HOME": home,
         "USER": "student",
         "LOGNAME": "student",
         "SHELL": "/bin/bash",

@@ -237,12 +237,12 @@ class FakeSandbox:
         self.id = f"fake-{secrets.token_hex(6)}"
         self.python_runtime = spec.runtime or default_runtime()
         self._root = Path(tempfile.mkdtemp(prefix=f"proctor-{self.id}-", dir=_BASE))
-        self._places = {"/workdir": str(self._root / "workdir"), "/tmp": str(self._root / "tmp"),
+        self._places = {spec.workdir: str(self._root / "workdir"), "/tmp": str(self._root / "tmp"),
                         "/dev/shm": str(self._root / "shm")}
         for path in self._places.values():
             os.mkdir(path, 0o700)
         if spec.data_dir:
-            self._places["/data"] = str(Path(spec.data_dir).resolve())
+            self._places[spec.data_at] = str(Path(spec.data_dir).resolve())
         for mount in spec.mounts:
             self._places[mount.target] = str(Path(mount.source).resolve())
         self._marker = f"{_MARK}={self.id}".encode()
@@ -250,7 +250,7 @@ class FakeSandbox:
         self._cpu_ns = 0
         self._peak = 0
         self._closed = False
-        env = student_env(self.python_runtime, spec.env)
+        env = student_env(self.python_runtime, spec.env, spec.workdir)
         into = inward(self._places)
         self._env = {k: into.all(v.encode()).decode() for k, v in env.items()}
 
@@ -260,10 +260,10 @@ class FakeSandbox:
 
     @property
     def workdir(self) -> Path:
-        return Path(self._places["/workdir"])
+        return Path(self._places[self.spec.workdir])
 
-    def _host_cwd(self, cwd: str) -> str:
-        return inward(self._places).all(cwd.encode()).decode()
+    def _host_cwd(self, cwd: str | None) -> str:
+        return inward(self._places).all((cwd or self.spec.workdir).encode()).decode()
 
     def _group_env(self) -> tuple[dict[str, str], bytes]:
         if self._closed:
@@ -273,7 +273,7 @@ class FakeSandbox:
         return {**self._env, _MARK: self.id, _GROUP: group.split("=", 1)[1]}, group.encode()
 
     def run(self, argv: Sequence[str] | str, *, input: bytes | None = None, timeout: float = 60.0,
-            output_cap: int = DEFAULT_OUTPUT_CAP, cwd: str = "/workdir") -> ExecResult:
+            output_cap: int = DEFAULT_OUTPUT_CAP, cwd: str | None = None) -> ExecResult:
         argv = ["/bin/sh", "-c", argv] if isinstance(argv, str) else list(argv)
         if not argv:
             raise ValueError("empty command")
@@ -308,7 +308,7 @@ class FakeSandbox:
             usage=ResourceUsage(cpu_user_s=rusage.ru_utime, cpu_system_s=rusage.ru_stime, max_rss_bytes=rusage.ru_maxrss * 1024),
         )
 
-    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> FakeProcess:
+    def spawn(self, argv: Sequence[str], *, cwd: str | None = None) -> FakeProcess:
         env, group = self._group_env()
         into = inward(self._places)
         try:

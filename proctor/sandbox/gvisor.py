@@ -222,7 +222,7 @@ class GvisorSandbox:
         self._cg.create(limits.model_copy(update={"pids": host_pids_max(limits.pids)}))
         if self._cg.layout.version == 2:
             self._cg.make_child("runsc")  # v2: no process may sit in a group that has children
-        self._env = student_env(self.runtime, spec.env)
+        self._env = student_env(self.runtime, spec.env, spec.workdir)
         self._write_bundle()
 
     def _write_bundle(self) -> None:
@@ -234,7 +234,7 @@ class GvisorSandbox:
         # The allowlisted /etc with this sandbox's identity files: the same overlay bwrap's
         # view uses (ownfs), cheap to make, where copying /etc's 700 entries took a second.
         own = OwnView(self._places.view)
-        own.build(ETC_ALLOWLIST, identity_files(uid, uid, self.spec.hostname), self.spec.limits)
+        own.build(ETC_ALLOWLIST, identity_files(uid, uid, self.spec.hostname, self.spec.workdir), self.spec.limits)
         etc = own.etc
         mounts = [
             {"destination": "/proc", "type": "proc", "source": "proc"},
@@ -251,13 +251,13 @@ class GvisorSandbox:
         if self.spec.data_dir:
             if not os.path.isdir(self.spec.data_dir):
                 raise ConfigError(f"data_dir {self.spec.data_dir!r} does not exist or is not a directory")
-            mounts.append(_bind(self.spec.data_dir, "/data", writable=False))
+            mounts.append(_bind(self.spec.data_dir, self.spec.data_at, writable=False))
         for m in self.spec.mounts:
             if not os.path.exists(m.source):
                 raise ConfigError(f"mount source {m.source!r} does not exist")
             mounts.append(_bind(m.source, m.target, writable=m.writable))
         mounts += [
-            _bind(self._places.workdir, "/workdir", writable=True),
+            _bind(self._places.workdir, self.spec.workdir, writable=True),
             _bind(self._places.tmp, "/tmp", writable=True),
             _bind(self._places.shm, "/dev/shm", writable=True),
         ]
@@ -332,10 +332,11 @@ class GvisorSandbox:
         path.write_text(json.dumps(spec))
         return runsc_argv(self._root, "exec", "--process", str(path), "--internal-pid-file", str(pid_file), self.id)
 
-    def _start(self, argv: Sequence[str], cwd: str, *, stdin: int) -> tuple[subprocess.Popen, int]:
+    def _start(self, argv: Sequence[str], cwd: str | None, *, stdin: int) -> tuple[subprocess.Popen, int]:
         """Start a student command with `runsc exec`; return it and its pid inside gVisor. A
         container that died since the last command (the memory limit kills the sentry, e.g. under
         the bash tool's long-lived shell) is cleared and replaced once."""
+        cwd = cwd or self.spec.workdir
         for attempt in (1, 2):
             self._ensure_container()
             try:
@@ -375,7 +376,7 @@ class GvisorSandbox:
         input: bytes | None = None,
         timeout: float = 60.0,
         output_cap: int = DEFAULT_OUTPUT_CAP,
-        cwd: str = "/workdir",
+        cwd: str | None = None,
     ) -> ExecResult:
         """Run a command as the student. A string is run by /bin/sh -c. On timeout the command's
         whole process tree is killed. Output beyond `output_cap` keeps its head and tail."""
@@ -414,7 +415,7 @@ class GvisorSandbox:
             usage=ResourceUsage(),
         )
 
-    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> GvisorProcess:
+    def spawn(self, argv: Sequence[str], *, cwd: str | None = None) -> GvisorProcess:
         """Start a long-running student process with stdin/stdout/stderr pipes."""
         proc, inner = self._start(list(argv), cwd, stdin=subprocess.PIPE)
         spawned = GvisorProcess(proc, inner, self)
@@ -532,7 +533,7 @@ class GvisorSandbox:
 
     def full_places(self) -> dict[str, str]:
         full = {}
-        for inside, host in (("/workdir", self._places.workdir), ("/tmp", self._places.tmp), ("/dev/shm", self._places.shm)):
+        for inside, host in ((self.spec.workdir, self._places.workdir), ("/tmp", self._places.tmp), ("/dev/shm", self._places.shm)):
             st = os.statvfs(host)
             if st.f_bavail == 0:
                 full[inside] = "bytes"

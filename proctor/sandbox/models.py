@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import PurePosixPath
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -13,6 +13,35 @@ GiB = 1024 * MiB
 
 # Paths inside the sandbox that Proctor itself builds; a task may not mount over them.
 RESERVED_SANDBOX_PATHS = ("/", "/proc", "/dev", "/workdir", "/tmp", "/dev/shm", "/etc", "/usr")
+DEFAULT_WORKDIR = "/workdir"
+DEFAULT_DATA_AT = "/data"
+# What a task's own workdir or data path may not be, contain or lie inside: the system the
+# sandbox builds (read-only system directories, /proc, /dev, /etc, the private /tmp) and the
+# student runtime's home, and /grader, where judges mount their own files.
+_SYSTEM_PLACES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev", "/sys",
+                  "/tmp", "/var/tmp", "/run", "/boot", "/opt/proctor", "/grader")
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_place(value: str, field: str) -> str:
+    """A task's own path inside the sandbox (its workdir, its data): absolute, normalised, and
+    clear of every system place. Raises ValueError naming `field`."""
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise ValueError(f"{field} {value!r} must be an absolute path inside the sandbox (e.g. '/app')")
+    parts = value.split("/")[1:]
+    if value == "/" or any(p in ("", ".", "..") for p in parts) or "\0" in value:
+        raise ValueError(f"{field} {value!r} must be a normalised absolute path below / (no '.', '..', empty parts or trailing '/')")
+    for place in _SYSTEM_PLACES:
+        if _under(value, place) or _under(place, value):
+            raise ValueError(f"{field} {value!r} overlaps the sandbox's system directory {place}; choose a path of the task's own such as /app or /srv/input")
+    return value
+
+
+def places_overlap(a: str, b: str) -> bool:
+    return _under(a, b) or _under(b, a)
 
 
 class _Model(BaseModel):
@@ -101,12 +130,29 @@ class SandboxSpec(_Model):
 
     limits: SandboxLimits = SandboxLimits()
     runtime: str | None = Field(None, description="Student Python runtime (a venv root), mounted read-only at the same path; None: the default from setup.")
-    data_dir: str | None = Field(None, description="Host directory shown read-only at /data.")
+    data_dir: str | None = Field(None, description="Host directory shown read-only at `data_at`.")
+    workdir: str = Field(DEFAULT_WORKDIR, description="Where the student's writable, capped workdir (also its HOME and cwd) is inside the sandbox.")
+    data_at: str = Field(DEFAULT_DATA_AT, description="Where `data_dir` is shown read-only inside the sandbox.")
     mounts: tuple[Mount, ...] = ()
     devices: tuple[Device, ...] = ()
     network: NetworkPolicy = NetworkPolicy()
     env: dict[str, str] = Field(default_factory=dict, description="Extra variables for every student process (no LD_*, no code-loading PYTHON*).")
     hostname: str = "sandbox"
+
+    @field_validator("workdir", "data_at")
+    @classmethod
+    def _place(cls, value: str, info: Any) -> str:
+        return check_place(value, f"SandboxSpec.{info.field_name}")
+
+    @model_validator(mode="after")
+    def _distinct_places(self) -> SandboxSpec:
+        if places_overlap(self.workdir, self.data_at):
+            raise ValueError(f"SandboxSpec.workdir {self.workdir!r} and data_at {self.data_at!r} overlap; give each its own path")
+        for m in self.mounts:
+            for name in ("workdir", "data_at"):
+                if places_overlap(m.target, getattr(self, name)):
+                    raise ValueError(f"mount target {m.target!r} overlaps SandboxSpec.{name} {getattr(self, name)!r}")
+        return self
 
     @field_validator("env")
     @classmethod

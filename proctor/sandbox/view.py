@@ -1,7 +1,7 @@
 """The student's view of the filesystem, built from an allowlist.
 
 Nothing of the host is visible unless named here: system directories read-only, a curated /etc
-with generated passwd/group/hosts, the student runtime read-only, task data read-only at /data,
+with generated passwd/group/hosts, the student runtime read-only, task data read-only at /data (or the task's own path),
 the capped writable places, a fresh /proc for the new PID namespace and a minimal /dev. /root,
 /home, /opt, /srv, /var, /run, /sys, /tmp of the host and the harness's own environment are
 simply never mounted.
@@ -37,10 +37,10 @@ class Places:
     shm: Path
 
 
-def identity_files(uid: int, gid: int, hostname: str) -> dict[str, str]:
+def identity_files(uid: int, gid: int, hostname: str, home: str = "/workdir") -> dict[str, str]:
     """The generated identity files: the student is `student`, with no supplementary groups."""
     return {
-        "passwd": f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nstudent:x:{uid}:{gid}:student:/workdir:/bin/bash\n"
+        "passwd": f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nstudent:x:{uid}:{gid}:student:{home}:/bin/bash\n"
         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
         "group": f"root:x:0:\nstudent:x:{gid}:\nnogroup:x:65534:\n",
         "hostname": f"{hostname}\n",
@@ -74,6 +74,16 @@ def _proc_mask_args(own: OwnView) -> list[str]:
     return args
 
 
+def _parents(path: str) -> list[str]:
+    # bubblewrap makes missing parents 0700, which the student could not enter: a runtime there
+    # would be unreachable and `python3` would silently fall back to the system's.
+    args: list[str] = []
+    for parent in reversed(Path(path).parents):
+        if str(parent) != "/":
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
 def bwrap_args(spec: SandboxSpec, own: OwnView, places: Places, runtime: str | None) -> list[str]:
     """Arguments to bubblewrap, before `--`, for a sandbox's namespaces and mounts. Read-only
     directories are mounted (as this sandbox's overlays) while the arguments are built."""
@@ -94,17 +104,14 @@ def bwrap_args(spec: SandboxSpec, own: OwnView, places: Places, runtime: str | N
         *(a for name in own.devices() for a in ("--dev-bind", str(own.dev / name), f"/dev/{name}")),
         "--bind", str(places.shm), "/dev/shm",
         "--bind", str(places.tmp), "/tmp",
-        "--bind", str(places.workdir), "/workdir",
     ]
+    # The task's own workdir (default /workdir), its parents made enterable.
+    args += _parents(spec.workdir) + ["--bind", str(places.workdir), spec.workdir]
     if runtime:
-        # bubblewrap makes missing parents 0700, which the student could not enter: the runtime
-        # would be unreachable and `python3` would silently fall back to the system's.
-        for parent in reversed(Path(runtime).parents):
-            if str(parent) != "/":
-                args += ["--perms", "0755", "--dir", str(parent)]
-        args += ["--ro-bind", own.system(runtime), runtime]
+        args += _parents(runtime) + ["--ro-bind", own.system(runtime), runtime]
     if spec.data_dir:
-        args += ["--ro-bind", own.private(_existing_dir(spec.data_dir, "data_dir")), "/data"]
+        source = own.private(_existing_dir(spec.data_dir, "data_dir"))
+        args += _parents(spec.data_at) + ["--ro-bind", source, spec.data_at]
     for m in spec.mounts:
         if not os.path.exists(m.source):
             raise ConfigError(f"mount source {m.source!r} does not exist")

@@ -14,8 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..agents.script import Script, ScriptTurn  # noqa: F401 - ScriptTurn: task files import it from here
+from ..custody import WHOLE_WORKDIR
 from ..judges.base import Judge
-from ..sandbox.models import SandboxLimits
+from ..sandbox.models import DEFAULT_DATA_AT, DEFAULT_WORKDIR, SandboxLimits, check_place, places_overlap
 from ..tools.registry import DEFAULT_TOOL_NAMES, TOOLS
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -23,6 +24,12 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are working in a Linux sandbox. Your files are in /workdir (also your home); task data, if any, is "
     "read-only in /data. Use the tools to do the work, then call submit."
 )
+
+
+
+
+def _prompt_for(workdir: str, data_at: str) -> str:
+    return DEFAULT_SYSTEM_PROMPT.replace("/workdir", workdir).replace("/data.", f"{data_at}.")
 
 
 class _Frozen(BaseModel):
@@ -81,7 +88,9 @@ class Step(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     instructions: str = Field(min_length=1, description="What the student is asked to do in this step.")
-    submit: tuple[str, ...] = Field((), description="Declared submission paths, relative to /workdir: only these are copied out for the judge.")
+    submit: tuple[str, ...] = Field((), description=(
+        "Declared submission paths, relative to the task's workdir: only these are copied out for the judge. "
+        "('*',) (WHOLE_WORKDIR): the whole workdir, every entry under the same strict custody rules."))
     judge: Judge = Field(description="Scores this step from the custody copy.")
     weight: float = Field(1.0, ge=0, description="Weight of this step in the task's score (a weighted mean over steps).")
     before: Hook | None = Field(None, description="Called before the step starts (e.g. to place files); trusted code.")
@@ -90,10 +99,14 @@ class Step(BaseModel):
     @field_validator("submit")
     @classmethod
     def _relative(cls, paths: tuple[str, ...]) -> tuple[str, ...]:
+        if WHOLE_WORKDIR in paths:
+            if len(paths) != 1:
+                raise ValueError(f"submit {list(paths)!r}: '*' (the whole workdir) already holds every path; declare it alone")
+            return paths
         for p in paths:
             parts = p.split("/")
             if not p or p.startswith("/") or any(part in ("", ".", "..") for part in parts) or "\0" in p:
-                raise ValueError(f"submission path {p!r} must be relative to /workdir, without '.', '..' or empty parts")
+                raise ValueError(f"submission path {p!r} must be relative to the workdir, without '.', '..' or empty parts (or ('*',) for the whole workdir)")
         return paths
 
 
@@ -108,8 +121,10 @@ class Task(BaseModel):
     steps: tuple[Step, ...] = Field(min_length=1)
     tools: tuple[str, ...] = Field(DEFAULT_TOOL_NAMES, description="Names of the tools offered (see proctor.tools.TOOLS).")
     limits: Limits = Limits()
-    data: Path | None = Field(None, description="Host directory shown read-only at /data.")
-    workdir_files: Path | None = Field(None, description="Host directory whose contents are copied into /workdir at the start, owned by the student.")
+    data: Path | None = Field(None, description="Host directory shown read-only at `data_at` (default /data).")
+    workdir_files: Path | None = Field(None, description="Host directory whose contents are copied into the workdir at the start, owned by the student.")
+    workdir: str = Field(DEFAULT_WORKDIR, description="Where the student's writable workdir (its HOME and cwd) is inside the sandbox, e.g. '/app'.")
+    data_at: str = Field(DEFAULT_DATA_AT, description="Where `data` is shown read-only inside the sandbox, e.g. '/srv/input'.")
     hidden: Path | None = Field(None, description="Host directory of hidden data (answer keys, hidden tests): only judges see it.")
     packages: tuple[str, ...] = Field((), description="Python distributions the student runtime must provide (checked before the rollout).")
     requires: tuple[str, ...] | None = Field(None, description="Confinement protections required; None: Proctor's default set.")
@@ -124,6 +139,7 @@ class Task(BaseModel):
     impossible_variant: Callable[[Path], Task] | None = Field(None, description=(
         "Builds this task's impossible variant (`proctor run --impossible`): called with a fresh harness-only "
         "workspace for its data and key, returns the Task. Its hidden draws come from proctor.tasks.salts."))
+    tags: tuple[str, ...] = Field((), description="Free labels (an imported task's metadata: its tags, `difficulty:hard`, `category:...`).")
 
     @field_validator("id")
     @classmethod
@@ -141,6 +157,19 @@ class Task(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError("a tool is listed twice")
         return names
+
+    @field_validator("workdir", "data_at")
+    @classmethod
+    def _place(cls, value: str, info: Any) -> str:
+        return check_place(value, f"Task.{info.field_name}")
+
+    @model_validator(mode="after")
+    def _places(self) -> Task:
+        if places_overlap(self.workdir, self.data_at):
+            raise ValueError(f"Task.workdir {self.workdir!r} and Task.data_at {self.data_at!r} overlap; give each its own path")
+        if self.system_prompt == DEFAULT_SYSTEM_PROMPT and (self.workdir, self.data_at) != (DEFAULT_WORKDIR, DEFAULT_DATA_AT):
+            object.__setattr__(self, "system_prompt", _prompt_for(self.workdir, self.data_at))
+        return self
 
     @model_validator(mode="after")
     def _dirs(self) -> Task:

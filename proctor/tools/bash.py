@@ -145,7 +145,7 @@ class ShellSession:
         return {root} if root is not None else set()
 
     def _start(self) -> None:
-        proc = self.sandbox.spawn(["/bin/bash", "--norc", "--noprofile"], cwd="/workdir")
+        proc = self.sandbox.spawn(["/bin/bash", "--norc", "--noprofile"], cwd=self.sandbox.spec.workdir)
         self._proc, self._ctl = proc, bytearray()
         self._pidfd = os.pidfd_open(proc.pid)
         for stream in (proc.popen.stdout, proc.popen.stderr, proc.popen.stdin):
@@ -398,7 +398,7 @@ class BashArgs(Arguments):
 class BashTool(Tool):
     name = "bash"
     description = (
-        "Run a command in a persistent bash shell inside your sandbox (cwd starts at /workdir). "
+        "Run a command in a persistent bash shell inside your sandbox (cwd starts at your workdir, also $HOME). "
         "cd, variables, functions and background jobs carry over between calls. stdout and "
         "stderr are merged; long output keeps its head and tail. Interactive programs get no input."
     )

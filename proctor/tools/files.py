@@ -2,7 +2,7 @@
 sandbox (proctor.tools.inside), so the student's uid, namespaces and permissions apply, and a
 FIFO, device, socket or a symlink to one is refused without ever blocking.
 
-Relative paths are taken from /workdir (not from the bash session's cwd, which the tools cannot
+Relative paths are taken from the workdir ($HOME) (not from the bash session's cwd, which the tools cannot
 see). Content is bytes: what is not valid UTF-8 is shown with U+FFFD and a note saying so, and
 str_replace edits bytes, so the rest of a non-UTF-8 file survives an edit untouched."""
 
@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 from .base import Arguments, Tool, ToolContext, ToolResult, no_nul, utf8_len
 from .inside import run_inside
 
-_PATH = Field(min_length=1, max_length=4096, description="File path; relative paths are from /workdir.")
+_PATH = Field(min_length=1, max_length=4096, description="File path; relative paths are from the workdir ($HOME).")
 
 
 class _PathArgs(Arguments):
@@ -112,7 +112,7 @@ class ReadArgs(_PathArgs):
 
 class ReadFileTool(Tool):
     name = "read_file"
-    description = ("Read a text file (relative paths are from /workdir). Optional start_line/end_line "
+    description = ("Read a text file (relative paths are from the workdir ($HOME)). Optional start_line/end_line "
                    "(1-based, inclusive) select lines; large output is cut at max_bytes.")
     Arguments = ReadArgs
 
@@ -296,7 +296,7 @@ reply({"total": len(names), "shown": min(len(names), limit)}, body)
 
 
 class ListArgs(_PathArgs):
-    path: str = Field(".", min_length=1, max_length=4096, description="Directory; relative paths are from /workdir.")
+    path: str = Field(".", min_length=1, max_length=4096, description="Directory; relative paths are from the workdir ($HOME).")
 
 
 class ListDirTool(Tool):

@@ -5,7 +5,7 @@ The root harness never opens, stats or follows a path the student controls: a pa
 a string handed to a helper that runs with the student's uid, in the student's namespaces, under
 the command timeout. The helper is the system interpreter started as `/usr/bin/python3 -I -S`:
 `-I` ignores PYTHON* variables, the user site and the current directory, `-S` skips `site`, so
-nothing planted in /workdir or /tmp (`sitecustomize.py`, `.pth`, a `json.py`) is imported. Its
+nothing planted in the workdir or /tmp (`sitecustomize.py`, `.pth`, a `json.py`) is imported. Its
 input is one JSON object on stdin, never argv or a host path. Its reply is one JSON line
 (`meta`) followed by raw bytes (`body`), and the harness reads at most `body_cap` + a small margin
 of it: a helper the student has tampered with (it can ptrace its own processes) can at worst lie
@@ -46,7 +46,8 @@ def kind(mode):
     return "not a regular file"
 
 def resolve(path):
-    return path if path.startswith("/") else os.path.join("/workdir", path)
+    # HOME is the sandbox's workdir (/workdir, or the task's own), fixed by the harness.
+    return path if path.startswith("/") else os.path.join(os.environ.get("HOME") or "/workdir", path)
 
 def oserror(path, exc):
     return f"{path}: {exc.strerror or exc}"

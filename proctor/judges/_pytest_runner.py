@@ -1,0 +1,349 @@
+"""PytestJudge's runner: started inside a fresh grading sandbox as
+
+    python -I -B /grader/run.py        (stdin: one JSON line of settings from the judge)
+
+It is judge code (read-only at /grader) that runs in the same process as whatever student code the
+task's tests import, so it trusts nothing it cannot check. Before anything of the student's can
+run it: makes the process non-dumpable (no ptrace, no /proc/self/mem or fd access for the
+student's other processes), reads its settings (with the run's nonce) from stdin and closes it,
+keeps the report channel on a private, non-inheritable descriptor (stdout moves to stderr), drops
+every PYTEST_* variable, imports pytest from the judge's own read-only copy (/grader/lib), and
+snapshots the identity of everything that decides an outcome: pytest's runner, reports and
+function items, pluggy's call loop, and every registered plugin and hook implementation.
+
+Each test's outcome is what this runner saw, not pytest's report: an innermost wrapper around the
+setup, call and teardown hooks records whether each raised. After every test (and at the end) the
+snapshot is checked again; a difference, a report that disagrees with what was seen, or a `==` in
+an assert whose operand claims to equal an object it has never seen (an always-equal object) is
+recorded as tampering. Records are JSON lines carrying the nonce and a sequence number; a process
+that ends early (os._exit) leaves them incomplete, which the judge scores 0.
+"""
+
+import ast
+import ctypes
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import inspect
+import json
+import os
+import sys
+
+
+def _nondumpable():
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except Exception:  # noqa: BLE001 - best effort; the judge says what it relies on
+        pass
+
+
+_nondumpable()
+SETTINGS = json.loads(sys.stdin.buffer.readline())
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.close(_null)
+_REPORT_FD = os.dup(1)  # non-inheritable: processes the tests start never get it
+os.dup2(2, 1)
+for _name in [n for n in os.environ if n.startswith("PYTEST_") or n.startswith("PYTHON")]:
+    del os.environ[_name]
+os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+_WORKDIR = SETTINGS["workdir"]
+_TESTS = SETTINGS["tests_at"]
+sys.path[:] = ["/grader/lib"] + [p for p in sys.path if p and os.path.isabs(p) and not p.startswith("/grader")
+                                 and not (p == _WORKDIR or p.startswith(_WORKDIR + "/"))]
+
+import _pytest.fixtures  # noqa: E402
+import _pytest.main  # noqa: E402
+import _pytest.python  # noqa: E402
+import _pytest.reports  # noqa: E402
+import _pytest.runner  # noqa: E402
+import pluggy  # noqa: E402
+import pluggy._callers  # noqa: E402
+import pluggy._hooks  # noqa: E402
+import pluggy._manager  # noqa: E402
+import pytest  # noqa: E402
+
+_static = inspect.getattr_static
+_write = os.write
+_dumps = json.dumps
+_id = id
+_seq = [0]
+_NONCE = SETTINGS.pop("nonce")  # not left lying in a plain dict (it is still in this module: docs/judges.md)
+
+
+def emit(event, **fields):
+    line = _dumps({"nonce": _NONCE, "seq": _seq[0], "event": event, **fields}) + "\n"
+    _seq[0] += 1
+    data = line.encode()
+    while data:
+        data = data[_write(_REPORT_FD, data):]
+
+
+# -- what decides an outcome, by identity ---------------------------------------------------------
+_WATCHED = [
+    (_pytest.runner, ("call_and_report", "runtestprotocol", "call_runtest_hook", "pytest_runtest_makereport",
+                      "pytest_runtest_call", "pytest_runtest_setup", "pytest_runtest_teardown", "check_interactive_exception")),
+    (_pytest.runner.CallInfo, ("from_call", "__init__")),
+    (_pytest.reports, ("TestReport", "CollectReport")),
+    (_pytest.reports.TestReport, ("from_item_and_call", "__init__", "passed", "failed", "skipped", "_to_json")),
+    (_pytest.reports.BaseReport, ("passed", "failed", "skipped")),
+    (_pytest.python, ("pytest_pyfunc_call", "Function", "Module", "Class")),
+    (_pytest.python.Function, ("runtest", "setup", "_getobj", "obj")),
+    (_pytest.main.Session, ("perform_collect", "genitems")),
+    (_pytest.main, ("pytest_runtestloop",)),
+    (pluggy._callers, ("_multicall",)),
+    (pluggy._manager.PluginManager, ("_hookexec", "register", "subset_hook_caller")),
+    (pluggy._hooks.HookCaller, ("__call__", "call_historic", "get_hookimpls", "_add_hookimpl")),
+    (pluggy._hooks.HookImpl, ("__init__",)),
+    (os, ("_exit", "write")),
+]
+_HOOKS = ("pytest_runtest_protocol", "pytest_runtest_makereport", "pytest_runtest_call", "pytest_runtest_setup",
+          "pytest_runtest_teardown", "pytest_pyfunc_call", "pytest_runtest_logreport", "pytest_report_teststatus",
+          "pytest_collection_modifyitems", "pytest_collection", "pytest_collect_file", "pytest_pycollect_makeitem",
+          "pytest_pycollect_makemodule", "pytest_make_collect_report", "pytest_generate_tests", "pytest_itemcollected",
+          "pytest_deselected", "pytest_runtestloop", "pytest_sessionfinish", "pytest_fixture_setup", "pytest_assertrepr_compare",
+          "pytest_exception_interact", "pytest_runtest_logfinish", "pytest_ignore_collect")
+
+
+def _attrs():
+    # The raw attributes (getattr_static: a classmethod is the same object every time, where
+    # getattr makes a fresh bound method), kept as objects so an id cannot be reused.
+    seen = {}
+    for owner, names in _WATCHED:
+        for name in names:
+            seen[f"{getattr(owner, '__name__', owner)}.{name}"] = _static(owner, name, None)
+    return seen
+
+
+def _hookimpls(pm):
+    seen = {}
+    for name in _HOOKS:
+        caller = getattr(pm.hook, name, None)
+        impls = pluggy._hooks.HookCaller.get_hookimpls(caller) if caller is not None else []
+        seen[name] = tuple((impl.plugin_name, impl.function, bool(impl.hookwrapper or impl.wrapper)) for impl in impls)
+    return seen
+
+
+class _Watch:
+    def __init__(self):
+        self.attrs = _attrs()
+        self.pm = None
+        self.impls = None
+        self.plugins = None
+        self.reported = set()
+
+    def arm(self, pm):
+        self.pm = pm
+        self.impls = _hookimpls(pm)
+        self.plugins = {_id(p) for p in pm.get_plugins()}
+
+    def check(self, where):
+        changed = [k for k, v in _attrs().items() if self.attrs.get(k) is not v]
+        if self.pm is not None:
+            now = _hookimpls(self.pm)
+            changed += [f"hook {k}" for k in self.impls if now.get(k) != self.impls[k]]
+            extra = [p for p in self.pm.get_plugins() if _id(p) not in self.plugins]
+            changed += [f"plugin {self.pm.get_name(p) or type(p).__name__}" for p in extra]
+        fresh = sorted(set(changed) - self.reported)
+        if fresh:
+            self.reported.update(fresh)
+            emit("tamper", what="patched " + ", ".join(fresh[:8]), where=where)
+        return not changed
+
+
+WATCH = _Watch()
+
+
+# -- always-equal objects in asserts ---------------------------------------------------------------
+class _Stranger:
+    """Never seen by student code before: an honest __eq__ cannot say it equals it."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return NotImplemented
+
+    __hash__ = object.__hash__
+
+
+_PLAIN = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _lies(value, op):
+    """Whether a non-plain object's == says True to a fresh stranger (op "eq"), or its != says
+    True to itself (op "ne"): what no honest comparison does."""
+    try:
+        said = value == _Stranger() if op == "eq" else value != value
+        return said is not NotImplemented and bool(said)
+    except Exception:  # noqa: BLE001 - raising (numpy's ambiguous truth, ...) is not claiming anything
+        return False
+
+
+def _claims_anything(value, op, depth=0, budget=None):
+    """The type name of an object (or one inside plain containers) that compares as anything."""
+    budget = budget if budget is not None else [2000]
+    budget[0] -= 1
+    if budget[0] < 0 or depth > 20 or type(value) in _PLAIN:
+        return None
+    if type(value) in (list, tuple, set, frozenset, dict):
+        items = [x for kv in value.items() for x in kv] if type(value) is dict else value
+        for item in items:
+            found = _claims_anything(item, op, depth + 1, budget)
+            if found:
+                return found
+        return None
+    if _lies(value, op):
+        cls = type(value)
+        return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', '?')}"
+    return None
+
+
+def _checked(op, left, right, author):
+    result = left == right if op == "eq" else left != right
+    for index, side in enumerate((left, right)):
+        if index in author:
+            continue  # written by the test's author as `mock.ANY`: compares as anything on purpose
+        found = _claims_anything(side, op)
+        if found:
+            sign = "==" if op == "eq" else "!="
+            emit("always_equal", type=str(found)[:200], op=sign, test=CURRENT[0])
+            raise AssertionError(f"an operand of {sign} ({str(found)[:200]}) compares as anything; refused by the judge")
+    return result
+
+
+def _judge_eq(left, right, author=()):
+    return _checked("eq", left, right, author)
+
+
+def _judge_ne(left, right, author=()):
+    return _checked("ne", left, right, author)
+
+
+def _author_any(node):
+    return (isinstance(node, ast.Name) and node.id == "ANY") or (isinstance(node, ast.Attribute) and node.attr == "ANY")
+
+
+class _AssertEq(ast.NodeTransformer):
+    """`assert a == b` -> `assert _proctor_eq(a, b)` (chains and other operators left alone)."""
+
+    def visit_Assert(self, node):
+        test = node.test
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+            fn = "_proctor_eq" if isinstance(test.ops[0], ast.Eq) else "_proctor_ne"
+            sides = (test.left, test.comparators[0])
+            author = ast.Tuple(elts=[ast.Constant(i) for i, side in enumerate(sides) if _author_any(side)], ctx=ast.Load())
+            node.test = ast.copy_location(ast.Call(func=ast.Name(id=fn, ctx=ast.Load()), args=[*sides, author], keywords=[]), test)
+        return node
+
+
+class _TestLoader(importlib.machinery.SourceFileLoader):
+    def source_to_code(self, data, path, *, _optimize=-1):
+        tree = _AssertEq().visit(ast.parse(data, filename=path))
+        ast.fix_missing_locations(tree)
+        return compile(tree, path, "exec", dont_inherit=True)
+
+    def exec_module(self, module):
+        module.__dict__["_proctor_eq"] = _judge_eq
+        module.__dict__["_proctor_ne"] = _judge_ne
+        super().exec_module(module)
+
+    def set_data(self, path, data, *, _mode=0o666):
+        return None
+
+
+class _TestFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or not spec.origin or not spec.origin.startswith(_TESTS + "/") or not spec.origin.endswith(".py"):
+            return None
+        return importlib.util.spec_from_file_location(name, spec.origin, loader=_TestLoader(name, spec.origin),
+                                                      submodule_search_locations=spec.submodule_search_locations)
+
+
+# -- the judge's plugin ----------------------------------------------------------------------------
+CURRENT = [None]
+
+
+class JudgePlugin:
+    def __init__(self):
+        self.raised = {}
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection(self, session):
+        WATCH.arm(session.config.pluginmanager)
+        return (yield)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session):
+        emit("collected", ids=[item.nodeid for item in session.items][:5000])
+        WATCH.check("collection")
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        CURRENT[0] = item.nodeid
+        self.raised[item.nodeid] = {}
+        emit("start", id=item.nodeid)
+        try:
+            return (yield)
+        finally:
+            seen = self.raised.get(item.nodeid, {})
+            ran = "call" in seen
+            failed = [phase for phase, raised in seen.items() if raised]
+            obj = getattr(item, "obj", None)
+            code = getattr(obj, "__code__", None)
+            own = code is not None and code.co_filename.startswith(_TESTS + "/")
+            if "runtest" in getattr(item, "__dict__", {}):
+                emit("tamper", what="the test item's runtest was replaced", where=item.nodeid)
+            intact = WATCH.check(item.nodeid)
+            outcome = "passed" if ran and not failed and intact and own else ("error" if not ran else "failed")
+            emit("end", id=item.nodeid, outcome=outcome, raised=failed, ran=ran)
+            CURRENT[0] = None
+
+    def _observe(self, item, phase):
+        try:
+            result = yield
+        except BaseException as exc:
+            self.raised.setdefault(item.nodeid, {})[phase] = f"{type(exc).__name__}"
+            raise
+        self.raised.setdefault(item.nodeid, {})[phase] = None
+        return result
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item):
+        return (yield from self._observe(item, "setup"))
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item):
+        return (yield from self._observe(item, "call"))
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        return (yield from self._observe(item, "teardown"))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report):
+        seen = self.raised.get(report.nodeid, {})
+        if report.when in seen and report.outcome == "passed" and seen[report.when]:
+            emit("tamper", what=f"pytest's {report.when} report says passed where the judge saw {seen[report.when]}", where=report.nodeid)
+
+
+def main():
+    sys.meta_path.insert(0, _TestFinder())
+    # The student's modules are importable (`from solution import f`), but last: nothing of
+    # theirs can shadow the standard library, pytest or an installed package.
+    sys.path.append(_WORKDIR)
+    args = ["-c", "/grader/pytest.ini", "--rootdir", _TESTS, "--noconftest", "-p", "no:cacheprovider",
+            "-p", "no:stepwise", "-p", "no:pastebin", "-p", "no:junitxml", "-p", "no:doctest", "--assert=plain",
+            "-q", "-rN", "--color=no", "-o", "console_output_style=classic", *SETTINGS["files"]]
+    emit("begin", python=sys.version.split()[0], pytest=pytest.__version__)
+    try:
+        code = pytest.main(args, plugins=[JudgePlugin()])
+    except BaseException as exc:  # noqa: BLE001
+        emit("crash", error=type(exc).__name__)
+        code = 3
+    WATCH.check("end")
+    emit("finish", exit=int(code))
+    os._exit(0)
+
+
+main()

@@ -1,0 +1,3 @@
+#!/bin/bash
+pip install pytest
+pytest $TEST_DIR/test_outputs.py -rA

@@ -1,0 +1,9 @@
+from reverse import reverse
+
+
+def test_reverse():
+    assert reverse("abc") == "cba"
+
+
+def test_empty():
+    assert reverse("") == ""
