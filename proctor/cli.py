@@ -154,6 +154,7 @@ def run(
     difficulty: int | None = typer.Option(None, "--difficulty", help="Family difficulty (default: the family's first)."),
     param: list[str] = typer.Option([], "--param", help="Family parameter KEY=VALUE (repeatable)."),
     parallel: int = typer.Option(1, "-j", "--parallel", min=1, help="Rollouts at once."),
+    pool: int = typer.Option(0, "--pool", min=0, max=1000, help="Keep this many sandboxes built ahead (a warm pool): each serves one rollout and is destroyed after; a drained pool builds cold. 0: none."),
     penalty: float = typer.Option(0.0, "--penalty", min=0.0, help="Reward of a misbehaved rollout is minus this."),
     allow_degraded: bool = typer.Option(False, "--allow-degraded", help="Run even if this machine lacks a required protection (the result says so)."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
@@ -213,11 +214,12 @@ def run(
             if specs is not None:
                 if not as_json and len(specs) > 1:
                     bars.append(stack.enter_context(BatchProgress(console, f"{instances} x{len(specs)}", len(specs), 0)))
-                results = run_instances(loaded, specs, agent, out, config=config, parallel=parallel, on_result=finished, model=model)
+                results = run_instances(loaded, specs, agent, out, config=config, parallel=parallel, on_result=finished, model=model,
+                                        pool=pool)
             else:
                 results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
                                    config=config, parallel=parallel, model=model, resume=resume, on_plan=planned,
-                                   on_result=finished)
+                                   on_result=finished, pool=pool)
         except ProctorError as exc:
             stack.close()
             _fail(exc)

@@ -6,7 +6,8 @@ result is written as soon as its rollout ends, so an interrupted batch keeps wha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ from .batches import BatchPlan, batch_spec, open_batch
 from .errors import ConfigError
 from .harness import RolloutConfig, run_rollout
 from .results import RolloutResult
-from .sandbox import SandboxBackend
+from .sandbox import SandboxBackend, get_backend
+from .sandbox.pool import PoolConfig, SandboxPool
 from .tasks.loading import Environment, resolved
 
 
@@ -77,6 +79,7 @@ def run_many(
     resume: bool = False,
     on_plan: Callable[[BatchPlan], None] | None = None,
     backend: SandboxBackend | None = None,
+    pool: int = 0,
 ) -> list[RolloutResult]:
     """Run `n` rollouts of a task (or of a family, with seeds seed, seed+1, ...) as one batch of
     `out_dir`, and return all `n` results in order. With `resume`, the batch in `out_dir` that
@@ -84,14 +87,15 @@ def run_many(
     rerun) and only the others run. Configuration errors (unknown task, bad agent, bad parameters,
     a resume that matches no batch) surface before any rollout starts; `on_plan` then sees the
     batch (what is finished, what is left) before the first rollout does. `backend` overrides
-    `config.runtime` (tests hand in the fake here)."""
+    `config.runtime` (tests hand in the fake here). `pool` > 0 serves the rollouts from a warm pool
+    of that many sandboxes (proctor/sandbox/pool.py)."""
     config = config or RolloutConfig()
     # Fail fast on a bad id, parameters or agent before spending anything.
     with resolved(env, ident, seed=seed, difficulty=difficulty, params=params) as (task, _):
         make_agent(agent_spec, task, model).close()
     spec = batch_spec(env, ident, agent_spec, n=n, seed=seed, difficulty=difficulty, params=params, config=config, model=model)
 
-    with open_batch(out_dir, spec, resume=resume) as plan:
+    with open_batch(out_dir, spec, resume=resume) as plan, pooled(backend, config, pool, parallel) as backend:
         if on_plan:
             on_plan(plan)
 
@@ -120,10 +124,11 @@ def run_instances(
     on_result: Callable[[RolloutResult], None] | None = None,
     model: ModelConfig | None = None,
     backend: SandboxBackend | None = None,
+    pool: int = 0,
 ) -> list[RolloutResult]:
     """Run exactly these family instances, one rollout each, in order of the list (results come
     back in the same order). Every instance is checked, and the agent built once, before any runs.
-    `backend` overrides `config.runtime` (tests hand in the fake)."""
+    `backend` overrides `config.runtime` (tests hand in the fake); `pool` as for `run_many`."""
     check_instances(env, specs)
     if not specs:
         return []
@@ -139,7 +144,19 @@ def run_instances(
             on_result(result)
         return result
 
-    return _each(one, specs, parallel)
+    with pooled(backend, config or RolloutConfig(), pool, parallel) as backend:
+        return _each(one, specs, parallel)
+
+
+@contextlib.contextmanager
+def pooled(backend: SandboxBackend | None, config: RolloutConfig, size: int, parallel: int) -> Iterator[SandboxBackend | None]:
+    """The batch's backend: with `size` > 0, a warm pool of that many sandboxes around it, closed
+    (every used sandbox torn down) when the batch ends."""
+    if size <= 0:
+        yield backend
+        return
+    with SandboxPool(backend or get_backend(config.runtime), PoolConfig(size=size, refill=min(2, max(1, parallel)))) as pool:
+        yield pool
 
 
 def _each(fn: Callable[[Any], RolloutResult], items: Sequence[Any], parallel: int) -> list[RolloutResult]:
