@@ -15,6 +15,7 @@ bench:
 	@.venv/bin/python bench/sandbox.py
 	@.venv/bin/python bench/tools_custody.py
 	@.venv/bin/python bench/rollout.py
+	@.venv/bin/python bench/pool.py
 	@.venv/bin/python bench/gvisor.py
 	@.venv/bin/python bench/fake_backend.py
 	@.venv/bin/python bench/server.py
