@@ -95,7 +95,7 @@ def run_many(
         make_agent(agent_spec, task, model).close()
     spec = batch_spec(env, ident, agent_spec, n=n, seed=seed, difficulty=difficulty, params=params, config=config, model=model)
 
-    with open_batch(out_dir, spec, resume=resume) as plan, pooled(backend, config, pool, parallel) as backend:
+    with open_batch(out_dir, spec, resume=resume) as plan, pooled(backend, config, pool, parallel, len(plan.todo)) as backend:
         if on_plan:
             on_plan(plan)
 
@@ -144,18 +144,20 @@ def run_instances(
             on_result(result)
         return result
 
-    with pooled(backend, config or RolloutConfig(), pool, parallel) as backend:
+    with pooled(backend, config or RolloutConfig(), pool, parallel, len(specs)) as backend:
         return _each(one, specs, parallel)
 
 
 @contextlib.contextmanager
-def pooled(backend: SandboxBackend | None, config: RolloutConfig, size: int, parallel: int) -> Iterator[SandboxBackend | None]:
-    """The batch's backend: with `size` > 0, a warm pool of that many sandboxes around it, closed
-    (every used sandbox torn down) when the batch ends."""
+def pooled(backend: SandboxBackend | None, config: RolloutConfig, size: int, parallel: int,
+           rollouts: int) -> Iterator[SandboxBackend | None]:
+    """The batch's backend: with `size` > 0, a warm pool of that many sandboxes around it that
+    builds no more than the batch's `rollouts` need, closed (every used sandbox torn down) when
+    the batch ends."""
     if size <= 0:
         yield backend
         return
-    with SandboxPool(backend or get_backend(config.runtime), PoolConfig(size=size, refill=min(2, max(1, parallel)))) as pool:
+    with SandboxPool(backend or get_backend(config.runtime), PoolConfig(size=size, refill=min(2, max(1, parallel)), expected=rollouts)) as pool:
         yield pool
 
 

@@ -51,6 +51,7 @@ class PoolConfig(BaseModel):
     size: int = Field(4, ge=1, le=MAX_POOL_SIZE, description="Warm sandboxes kept ready for each sandbox spec in use (never more than MAX_POOL_SIZE in all).")
     refill: int = Field(1, ge=1, le=16, description="Builder threads refilling the pool at once.")
     teardown_threads: int = Field(1, ge=1, le=16, description="Threads tearing down used sandboxes behind the rollouts.")
+    expected: int | None = Field(None, ge=0, description="Sandboxes the pool's users will ask for in all (a batch's rollouts); the builders stop once that many were handed out or are ready, so a batch's end wastes none. None: unbounded.")
     max_pending_teardown: int = Field(32, ge=0, le=MAX_POOL_SIZE, description="Used sandboxes that may wait for teardown; past it, close tears down in the caller.")
 
 
@@ -200,6 +201,9 @@ class SandboxPool:
 
     def _next_to_build(self) -> tuple | None:
         now = time.monotonic()
+        expected = self.config.expected
+        if expected is not None and self._stats.warm + self._stats.cold + self._total_ready() >= expected:
+            return None
         if self._total_ready() >= self.config.size * max(1, len(self._specs)) or self._total_ready() >= MAX_POOL_SIZE:
             return None
         best = None
