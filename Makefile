@@ -7,7 +7,7 @@ demo: setup
 	@.venv/bin/proctor demo
 
 test:
-	@PROCTOR_EXTRAS=test,serve,view,trainers,plots bash scripts/setup.sh
+	@PROCTOR_EXTRAS=test,serve,view,trainers,plots,ray bash scripts/setup.sh
 	@.venv/bin/python -m pytest -q
 
 bench:

@@ -80,6 +80,8 @@ def run_many(
     on_plan: Callable[[BatchPlan], None] | None = None,
     backend: SandboxBackend | None = None,
     pool: int = 0,
+    ray: str | None = None,
+    ray_retries: int = 2,
 ) -> list[RolloutResult]:
     """Run `n` rollouts of a task (or of a family, with seeds seed, seed+1, ...) as one batch of
     `out_dir`, and return all `n` results in order. With `resume`, the batch in `out_dir` that
@@ -88,7 +90,11 @@ def run_many(
     a resume that matches no batch) surface before any rollout starts; `on_plan` then sees the
     batch (what is finished, what is left) before the first rollout does. `backend` overrides
     `config.runtime` (tests hand in the fake here). `pool` > 0 serves the rollouts from a warm pool
-    of that many sandboxes (proctor/sandbox/pool.py)."""
+    of that many sandboxes (proctor/sandbox/pool.py). `ray` (an address, "auto" or "local") runs
+    the rollouts as tasks of that Ray cluster instead, each retried up to `ray_retries` times if
+    its worker dies (proctor/distributed.py)."""
+    if ray is not None and (pool or backend is not None):
+        raise ConfigError("--ray runs each rollout on a worker with its own sandboxes; drop --pool (and a test backend)")
     config = config or RolloutConfig()
     # Fail fast on a bad id, parameters or agent before spending anything.
     with resolved(env, ident, seed=seed, difficulty=difficulty, params=params) as (task, _):
@@ -108,6 +114,18 @@ def run_many(
             return result
 
         todo = plan.todo
+        if ray is not None:
+            from .distributed import RayJob, env_ref, run_on_ray
+
+            jobs = []
+            for i in todo:
+                with resolved(env, ident, seed=seed + i, difficulty=difficulty, params=params) as (task, instance):
+                    jobs.append(RayJob(index=i, env=env_ref(env), ident=ident, agent_spec=agent_spec, seed=seed + i,
+                                       difficulty=difficulty, params=params, config=config, model=model,
+                                       run_id=plan.run_id(task.id, i), task_id=task.id, instance=instance))
+            ran_by = run_on_ray(jobs, out_dir, address=ray, parallel=parallel, retries=ray_retries, on_result=on_result)
+            by_index = {**plan.finished, **ran_by}
+            return [by_index[i] for i in range(n)]
         ran = _each(one, todo, parallel)
         by_index = {**plan.finished, **dict(zip(todo, ran))}
         return [by_index[i] for i in range(n)]
