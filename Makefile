@@ -11,11 +11,12 @@ test:
 	@.venv/bin/python -m pytest -q
 
 bench:
-	@PROCTOR_EXTRAS=serve,view bash scripts/setup.sh
+	@PROCTOR_EXTRAS=serve,view,ray bash scripts/setup.sh
 	@.venv/bin/python bench/sandbox.py
 	@.venv/bin/python bench/tools_custody.py
 	@.venv/bin/python bench/rollout.py
 	@.venv/bin/python bench/pool.py
+	@.venv/bin/python bench/ray_batch.py
 	@.venv/bin/python bench/gvisor.py
 	@.venv/bin/python bench/fake_backend.py
 	@.venv/bin/python bench/server.py
