@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from proctor import cli
 from proctor.errors import SandboxError
 from proctor.sandbox import SandboxSpec, get_backend, procfs
-from proctor.sandbox.pool import PoolConfig, SandboxPool
+from proctor.sandbox.pool import SHELL_ARGV, PoolConfig, SandboxPool
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "quarterly_revenue"
 
@@ -107,3 +107,31 @@ def test_a_pool_size_out_of_bounds_is_a_clear_cli_error(tmp_path):
     result = CliRunner().invoke(cli.app, ["run", str(EXAMPLE), "--task", "q3-revenue", "--agent", "oracle",
                                           "--out", str(tmp_path / "o"), "--pool", "5000"])
     assert result.exit_code == 2 and "--pool" in result.output and "Traceback" not in result.output
+
+
+def test_the_waiting_shell_goes_to_the_first_spawn_and_is_never_seen_unasked(pool):
+    a = pool.create(SandboxSpec())
+    try:
+        shell = a.spawn(list(SHELL_ARGV), cwd="/workdir")
+        assert shell.alive()
+        out, _ = shell.popen.communicate(b"id -u; pwd\n", timeout=10)
+        assert out.split() == [str(a.uid).encode(), b"/workdir"]
+    finally:
+        a.close()
+    b = pool.create(SandboxSpec())
+    try:
+        # A rollout that never asks for the shell never sees it: custody's process table is empty.
+        seen = b.processes()
+        assert not [p for p in seen if p.uid == b.uid or "bash" in p.command], seen
+    finally:
+        b.close()
+
+
+def test_a_rollout_without_the_bash_tool_through_the_pool_is_not_flagged(confinement, tmp_path):
+    agent = tmp_path / "submit.json"
+    agent.write_text(json.dumps({"name": "submit-only", "turns": [{"tool": "submit", "arguments": {}}]}))
+    result = CliRunner().invoke(cli.app, ["run", str(EXAMPLE), "--task", "q3-revenue", "--agent", f"script:{agent}", "--out",
+                                          str(tmp_path / "out"), "-n", "3", "--pool", "2", "--json"], catch_exceptions=False)
+    results = json.loads(result.stdout)
+    assert [r["status"] for r in results] == ["completed"] * 3 and all(not r["misbehaviour"] for r in results), results
+    assert "warm" in [r["sandbox_start"] for r in results]

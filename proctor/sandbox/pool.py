@@ -26,19 +26,24 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError, ProctorError, SandboxError
-from .backend import RuntimeName, SandboxBackend, StudentSandbox
+from .backend import RuntimeName, SandboxBackend, StudentProcess, StudentSandbox
 from .models import ConfinementReport, SandboxSpec
 
 log = logging.getLogger(__name__)
 
 SandboxStart = Literal["warm", "cold"]
+# The bash tool's shell (tools/bash.py): started ahead in a warm sandbox, handed to the first spawn
+# of exactly this command. It is the student's own process, entered like any other, and nothing of
+# the student has run in the sandbox before it.
+SHELL_ARGV = ("/bin/bash", "--norc", "--noprofile")
+SHELL_CWD = "/workdir"
 MAX_POOL_SIZE = 1000
 # A failing build (a machine that cannot confine, no free uid) is retried after this long, not in a loop.
 _BUILD_BACKOFF_S = 1.0
@@ -51,6 +56,7 @@ class PoolConfig(BaseModel):
     size: int = Field(4, ge=1, le=MAX_POOL_SIZE, description="Warm sandboxes kept ready for each sandbox spec in use (never more than MAX_POOL_SIZE in all).")
     refill: int = Field(1, ge=1, le=16, description="Builder threads refilling the pool at once.")
     teardown_threads: int = Field(1, ge=1, le=16, description="Threads tearing down used sandboxes behind the rollouts.")
+    shell: bool = Field(True, description="Start the student's shell (the bash tool's `/bin/bash --norc --noprofile` in /workdir) in each warm sandbox ahead too; the rollout's first spawn of exactly that command gets it.")
     expected: int | None = Field(None, ge=0, description="Sandboxes the pool's users will ask for in all (a batch's rollouts); the builders stop once that many were handed out or are ready, so a batch's end wastes none. None: unbounded.")
     max_pending_teardown: int = Field(32, ge=0, le=MAX_POOL_SIZE, description="Used sandboxes that may wait for teardown; past it, close tears down in the caller.")
 
@@ -73,15 +79,38 @@ def _key(spec: SandboxSpec, require: Iterable[str] | None, allow_degraded: bool)
     return spec.model_dump_json(), (tuple(sorted(require)) if require is not None else None), allow_degraded
 
 
+# What a rollout may read or do before its first tool call without ending the waiting shell.
+_LEAVES_SHELL = frozenset({"id", "backend", "spec", "confinement", "degraded_ok", "uid", "python_runtime", "workdir",
+                           "copy_in", "usage", "full_places", "network_counters", "syscall_attempts"})
+
+
+def _close_pipes(proc: StudentProcess) -> None:
+    for stream in (proc.popen.stdin, proc.popen.stdout, proc.popen.stderr):
+        if stream is not None and not stream.closed:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
 class PooledSandbox:
     """One rollout's handle on a sandbox from the pool. Everything a sandbox does passes through to
     it; `close()` gives it to the pool's teardown and makes this handle refuse any further use."""
 
-    def __init__(self, box: StudentSandbox, pool: SandboxPool, start: SandboxStart) -> None:
+    def __init__(self, box: StudentSandbox, pool: SandboxPool, start: SandboxStart, shell: StudentProcess | None = None) -> None:
         self._box: StudentSandbox | None = box
         self._pool = pool
+        self._shell = shell
         self.id = box.id
         self.sandbox_start: SandboxStart = start
+
+    def spawn(self, argv: Sequence[str], *, cwd: str = "/workdir") -> StudentProcess:
+        box = self._live()
+        shell, self._shell = self._shell, None
+        if shell is not None and tuple(argv) == SHELL_ARGV and cwd == SHELL_CWD and shell.alive():
+            return shell
+        if shell is not None:  # not what was asked for: never left running unseen
+            shell.kill_tree()
+            _close_pipes(shell)
+        return box.spawn(argv, cwd=cwd)
 
     def _live(self) -> StudentSandbox:
         if self._box is None:
@@ -91,9 +120,22 @@ class PooledSandbox:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._live(), name)
+        box = self._live()
+        if name not in _LEAVES_SHELL:
+            # Anything that runs or looks at processes ends the waiting shell first if the rollout
+            # never asked for it, so no detector ever sees a process the student did not start.
+            self._drop_shell()
+        return getattr(box, name)
+
+    def _drop_shell(self) -> None:
+        shell, self._shell = self._shell, None
+        if shell is not None:
+            shell.kill_tree()
+            _close_pipes(shell)
 
     def close(self) -> None:
+        if self._box is not None:
+            self._drop_shell()
         box, self._box = self._box, None
         if box is not None:
             self._pool._retire(box)
@@ -116,7 +158,7 @@ class SandboxPool:
         self.config = config or PoolConfig(**kwargs)
         self.name: RuntimeName = backend.name
         self._lock = threading.Condition()
-        self._ready: dict[tuple, collections.deque[StudentSandbox]] = {}
+        self._ready: dict[tuple, collections.deque[tuple[StudentSandbox, StudentProcess | None]]] = {}
         self._specs: dict[tuple, tuple[SandboxSpec, tuple[str, ...] | None, bool]] = {}
         self._building: dict[tuple, int] = collections.defaultdict(int)
         self._failed_until: dict[tuple, float] = {}
@@ -152,9 +194,9 @@ class SandboxPool:
             if self._closed:
                 raise SandboxError("the sandbox pool is closed")
             self._want(key, spec, require, allow_degraded)
-            box = self._take(key)
-        if box is not None:
-            return PooledSandbox(box, self, "warm")
+            taken = self._take(key)
+        if taken is not None:
+            return PooledSandbox(taken[0], self, "warm", taken[1])
         box = self.backend.create(spec, require=require, allow_degraded=allow_degraded)
         with self._lock:
             self._handed.add(box.id)
@@ -173,20 +215,20 @@ class SandboxPool:
         key = _key(spec, None, box.degraded_ok)
         with self._lock:
             self._specs.setdefault(key, (spec, None, box.degraded_ok))
-            self._ready.setdefault(key, collections.deque()).append(box)
+            self._ready.setdefault(key, collections.deque()).append((box, None))
             self._lock.notify_all()
 
-    def _take(self, key: tuple) -> StudentSandbox | None:
+    def _take(self, key: tuple) -> tuple[StudentSandbox, StudentProcess | None] | None:
         ready = self._ready.get(key)
         while ready:
-            box = ready.popleft()
+            box, shell = ready.popleft()
             if box.id in self._handed:  # never: each is queued once; refused rather than handed twice
                 self._stats.refused += 1
                 continue
             self._handed.add(box.id)
             self._stats.warm += 1
             self._lock.notify_all()  # a builder may refill
-            return box
+            return box, shell
         return None
 
     # -- building ahead -------------------------------------------------------------------------------
@@ -222,16 +264,18 @@ class SandboxPool:
                     return
                 self._building[key] += 1
                 spec, require, allow_degraded = self._specs[key]
-            box = None
+            box = shell = None
             try:
                 box = self.backend.create(spec, require=require, allow_degraded=allow_degraded)
                 prepare = getattr(box, "prepare", None)
                 if prepare is not None:
                     prepare()
+                if self.config.shell:
+                    shell = box.spawn(list(SHELL_ARGV), cwd=SHELL_CWD)
             except Exception as exc:  # noqa: BLE001 - a rollout building cold meets the same error, with its name
                 if box is not None:
                     self._destroy(box)
-                    box = None
+                    box = shell = None
                 with self._lock:
                     self._failed_until[key] = time.monotonic() + _BUILD_BACKOFF_S
                     self._error(f"build: {type(exc).__name__}: {exc}")
@@ -240,8 +284,10 @@ class SandboxPool:
                 if box is not None:
                     if self._closed:
                         self._pending_destroy(box)
+                        if shell is not None:
+                            _close_pipes(shell)
                     else:
-                        self._ready[key].append(box)
+                        self._ready[key].append((box, shell))
                         self._stats.built += 1
 
     # -- teardown ---------------------------------------------------------------------------------------
@@ -294,15 +340,17 @@ class SandboxPool:
         with self._lock:
             already, self._closed = self._closed, True
             self._lock.notify_all()
-            warm = [box for q in self._ready.values() for box in q]
+            warm = [entry for q in self._ready.values() for entry in q]
             for q in self._ready.values():
                 q.clear()
         if already:
             return
         for thread in self._builders:
             thread.join(timeout=timeout_s)
-        for box in warm:
+        for box, shell in warm:
             self._destroy(box)
+            if shell is not None:
+                _close_pipes(shell)
         self.drain(timeout_s)
         self._teardown.shutdown(wait=True)
 
