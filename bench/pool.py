@@ -3,8 +3,10 @@
     python bench/pool.py [--quick] [--json] [--only start|batch]
 
 1. From asking for a sandbox to its first command's output (`echo ok` as the student), cold
-   (`Sandbox.create` then the command) and warm (`SandboxPool.create` with a sandbox ready), each
-   as a ratio against a bare `bash -c true` sampled interleaved in the same process.
+   (`Sandbox.create` then `run`), warm (`SandboxPool.create` with a sandbox ready, then `run`: a
+   new process entered into the sandbox) and warm_shell (the bash tool's way: the pool's waiting
+   shell, one line written, one read), each as a ratio against a bare `bash -c true` sampled
+   interleaved in the same process.
 2. A 10-tool-call scripted rollout of examples/quarterly_revenue (8 bash calls, the answer, submit)
    through `run_many` at -j 2, 4 and 8, without and with a pool: rollouts per second of wall time,
    and CPU per rollout (this process and every child it reaped: the harness, bubblewrap, nsenter,
@@ -28,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from proctor.harness import RolloutConfig  # noqa: E402
 from proctor.runner import run_many  # noqa: E402
 from proctor.sandbox import Sandbox, SandboxSpec, get_backend  # noqa: E402
-from proctor.sandbox.pool import PoolConfig, SandboxPool  # noqa: E402
+from proctor.sandbox.pool import SHELL_ARGV, PoolConfig, SandboxPool  # noqa: E402
 from proctor.tasks import load_environment  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,7 +53,7 @@ def _cpu() -> float:
 
 def bench_start(n: int) -> dict:
     spec = SandboxSpec()
-    cold, warm, base = [], [], []
+    cold, warm, shell, base = [], [], [], []
     with SandboxPool(get_backend("bwrap"), PoolConfig(size=2)) as pool:
         pool.warm_up(spec)
         with Sandbox.create(spec) as box:  # the machine's probe, once, outside the samples
@@ -60,7 +62,23 @@ def bench_start(n: int) -> dict:
             end = time.monotonic() + 30
             while pool.stats().ready < 1 and time.monotonic() < end:  # measure warm with one ready
                 time.sleep(0.005)
-            for which in (("cold", "warm") if i % 2 else ("warm", "cold")):
+            for which in (("cold", "warm", "shell") if i % 2 else ("shell", "warm", "cold")):
+                if which == "shell":  # the bash tool's way: the waiting shell, one line in, one line out
+                    while pool.stats().ready < 1 and time.monotonic() < end:
+                        time.sleep(0.005)
+                    base.append(baseline_once())
+                    t = time.perf_counter()
+                    box = pool.create(spec)
+                    proc = box.spawn(list(SHELL_ARGV), cwd="/workdir")
+                    proc.popen.stdin.write(b"echo ok\n")
+                    proc.popen.stdin.flush()
+                    line = proc.popen.stdout.readline()
+                    shell.append(time.perf_counter() - t)
+                    assert line == b"ok\n", line
+                    box.close()
+                    continue
+                while which == "warm" and pool.stats().ready < 1 and time.monotonic() < end:
+                    time.sleep(0.005)
                 base.append(baseline_once())
                 t = time.perf_counter()
                 box = pool.create(spec) if which == "warm" else Sandbox.create(spec)
@@ -72,8 +90,9 @@ def bench_start(n: int) -> dict:
                 (warm if which == "warm" else cold).append(took)
                 box.close()
     b = statistics.median(base)
-    return {"baseline": summary(base), "cold": summary(cold), "warm": summary(warm),
-            "cold_ratio": statistics.median(cold) / b, "warm_ratio": statistics.median(warm) / b}
+    return {"baseline": summary(base), "cold": summary(cold), "warm": summary(warm), "warm_shell": summary(shell),
+            "cold_ratio": statistics.median(cold) / b, "warm_ratio": statistics.median(warm) / b,
+            "warm_shell_ratio": statistics.median(shell) / b}
 
 
 def bench_batch(n: int, parallels: tuple[int, ...]) -> dict:
@@ -104,8 +123,8 @@ def render(res: dict) -> str:
     if "start" in res:
         s = res["start"]
         lines.append(f"ask for a sandbox -> first output (median, p90; bare bash -c true {s['baseline']['median'] * 1000:.2f} ms):")
-        for k in ("cold", "warm"):
-            lines.append(f"  {k:5} {s[k]['median'] * 1000:7.2f} ms  p90 {s[k]['p90'] * 1000:7.2f} ms  {s[k + '_ratio']:6.1f}x bare")
+        for k in ("cold", "warm", "warm_shell"):
+            lines.append(f"  {k:10} {s[k]['median'] * 1000:7.2f} ms  p90 {s[k]['p90'] * 1000:7.2f} ms  {s[k + '_ratio']:6.1f}x bare")
     if "batch" in res:
         lines.append("10-call scripted rollout (q3-revenue), run_many:")
         for r in res["batch"]["rows"]:

@@ -53,7 +53,7 @@ def test_what_rollout_a_leaves_is_never_seen_by_rollout_b(pool):
         assert all("sleep 600" not in p.command for p in b.processes())
     finally:
         b.close()
-    assert pool.drain(30)
+    assert pool.drain(30) and pool.stats().errors == []
     assert not [pid for pid in procfs.pids_of_uid(a_uid) if "sleep 600" in procfs.cmdline_of(pid)], \
         "the destroyed sandbox's process survived"
 
@@ -123,15 +123,24 @@ def test_the_waiting_shell_goes_to_the_first_spawn_and_is_never_seen_unasked(poo
         # A rollout that never asks for the shell never sees it: custody's process table is empty.
         seen = b.processes()
         assert not [p for p in seen if p.uid == b.uid or "bash" in p.command], seen
+        assert b.run("echo after").stdout == b"after\n"
     finally:
         b.close()
+    assert pool.drain(30) and pool.stats().errors == [], "every sandbox torn down whole"
 
 
 def test_a_rollout_without_the_bash_tool_through_the_pool_is_not_flagged(confinement, tmp_path):
+    from proctor.runner import run_many
+    from proctor.tasks.loading import load_environment
+
+    env = load_environment(str(EXAMPLE))
+    task = env.tasks["q3-revenue"]
     agent = tmp_path / "submit.json"
     agent.write_text(json.dumps({"name": "submit-only", "turns": [{"tool": "submit", "arguments": {}}]}))
-    result = CliRunner().invoke(cli.app, ["run", str(EXAMPLE), "--task", "q3-revenue", "--agent", f"script:{agent}", "--out",
-                                          str(tmp_path / "out"), "-n", "3", "--pool", "2", "--json"], catch_exceptions=False)
-    results = json.loads(result.stdout)
-    assert [r["status"] for r in results] == ["completed"] * 3 and all(not r["misbehaviour"] for r in results), results
-    assert "warm" in [r["sandbox_start"] for r in results]
+    with SandboxPool(get_backend("bwrap"), PoolConfig(size=3)) as pool:
+        pool.warm_up(SandboxSpec(limits=task.limits.sandbox, data_dir=str(task.data)))
+        _ready(pool, 3)
+        results = run_many(env, "q3-revenue", f"script:{agent}", tmp_path / "out", n=3, backend=pool)
+        assert pool.drain(30) and pool.stats().errors == []
+    assert [r.sandbox_start for r in results] == ["warm"] * 3
+    assert [r.status for r in results] == ["completed"] * 3 and all(not r.misbehaviour for r in results), results

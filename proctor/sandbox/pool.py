@@ -24,6 +24,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import os
+import select
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -91,6 +93,22 @@ def _close_pipes(proc: StudentProcess) -> None:
                 stream.close()
 
 
+def _waiting_shell(box: StudentSandbox) -> StudentProcess:
+    """The student's shell, started and answering: one empty line echoed back, so it is idle at
+    its prompt (a shell killed still half-way through its start could hold the namespace's end)."""
+    shell = box.spawn(list(SHELL_ARGV), cwd=SHELL_CWD)
+    try:
+        shell.popen.stdin.write(b"echo\n")  # type: ignore[union-attr]
+        shell.popen.stdin.flush()  # type: ignore[union-attr]
+        ready, _, _ = select.select([shell.popen.stdout], [], [], 10.0)
+        if not ready or os.read(shell.popen.stdout.fileno(), 16) != b"\n":  # type: ignore[union-attr]
+            raise SandboxError(f"sandbox {box.id}: the waiting shell did not answer")
+    except BaseException:
+        _close_pipes(shell)
+        raise
+    return shell
+
+
 class PooledSandbox:
     """One rollout's handle on a sandbox from the pool. Everything a sandbox does passes through to
     it; `close()` gives it to the pool's teardown and makes this handle refuse any further use."""
@@ -108,8 +126,8 @@ class PooledSandbox:
         if shell is not None and tuple(argv) == SHELL_ARGV and cwd == SHELL_CWD and shell.alive():
             return shell
         if shell is not None:  # not what was asked for: never left running unseen
-            shell.kill_tree()
-            _close_pipes(shell)
+            self._shell = shell
+            self._drop_shell()
         return box.spawn(argv, cwd=cwd)
 
     def _live(self) -> StudentSandbox:
@@ -271,7 +289,7 @@ class SandboxPool:
                 if prepare is not None:
                     prepare()
                 if self.config.shell:
-                    shell = box.spawn(list(SHELL_ARGV), cwd=SHELL_CWD)
+                    shell = _waiting_shell(box)
             except Exception as exc:  # noqa: BLE001 - a rollout building cold meets the same error, with its name
                 if box is not None:
                     self._destroy(box)
