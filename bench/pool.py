@@ -11,6 +11,8 @@
    through `run_many` at -j 2, 4 and 8, without and with a pool: rollouts per second of wall time,
    and CPU per rollout (this process and every child it reaped: the harness, bubblewrap, nsenter,
    the student's shell and commands). Every rollout must score 1.
+3. Host memory of idle warm sandboxes (session and shell waiting): MemAvailable's drop for 100 of
+   them, per sandbox and per 1 000 (noisy on a shared machine: other processes move it too).
 
 Needs what the sandbox needs: Linux, root, bubblewrap, cgroups (`make setup`)."""
 
@@ -34,7 +36,7 @@ from proctor.sandbox.pool import SHELL_ARGV, PoolConfig, SandboxPool  # noqa: E4
 from proctor.tasks import load_environment  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sandbox import baseline_once, summary  # noqa: E402
+from sandbox import baseline_once, mem_available, summary  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "quarterly_revenue"
 ANSWER = ("awk -F, '$4==\"paid\" && $2>=\"2024-07-01\" && $2<=\"2024-09-30\" {s+=$3} END {print s}' "
@@ -118,6 +120,25 @@ def bench_batch(n: int, parallels: tuple[int, ...]) -> dict:
     return {"rows": rows}
 
 
+def bench_memory(count: int, shell: bool = True) -> dict:
+    """Host memory (MemAvailable's drop, this process's own growth included) for `count` idle warm
+    sandboxes, each with its session and shell waiting, extrapolated to 1 000."""
+    import gc
+
+    gc.collect()
+    before = mem_available()
+    with SandboxPool(get_backend("bwrap"), PoolConfig(size=count, refill=2, shell=shell)) as pool:
+        pool.warm_up(SandboxSpec())
+        end = time.monotonic() + 30 + count
+        while pool.stats().ready < count and time.monotonic() < end:
+            time.sleep(0.05)
+        ready = pool.stats().ready
+        time.sleep(0.5)
+        used = before - mem_available()
+    per = used / max(1, ready)
+    return {"sandboxes": ready, "used_bytes": used, "per_sandbox_bytes": per, "per_1000_gib": per * 1000 / 2**30}
+
+
 def render(res: dict) -> str:
     lines = []
     if "start" in res:
@@ -125,6 +146,11 @@ def render(res: dict) -> str:
         lines.append(f"ask for a sandbox -> first output (median, p90; bare bash -c true {s['baseline']['median'] * 1000:.2f} ms):")
         for k in ("cold", "warm", "warm_shell"):
             lines.append(f"  {k:10} {s[k]['median'] * 1000:7.2f} ms  p90 {s[k]['p90'] * 1000:7.2f} ms  {s[k + '_ratio']:6.1f}x bare")
+    for key, what in (("memory", "shell waiting"), ("memory_no_shell", "PoolConfig(shell=False)")):
+        if key in res:
+            m = res[key]
+            lines.append(f"{m['sandboxes']} idle warm sandboxes ({what}): {m['per_sandbox_bytes'] / 2**20:.1f} MiB of host memory "
+                         f"each (MemAvailable's drop), {m['per_1000_gib']:.2f} GiB per 1 000")
     if "batch" in res:
         lines.append("10-call scripted rollout (q3-revenue), run_many:")
         for r in res["batch"]["rows"]:
@@ -137,11 +163,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--only", choices=("start", "batch"))
+    ap.add_argument("--only", choices=("start", "batch", "memory"))
     args = ap.parse_args()
     res: dict = {}
     if args.only in (None, "start"):
         res["start"] = bench_start(4 if args.quick else 30)
+    if args.only in (None, "memory"):
+        res["memory"] = bench_memory(8 if args.quick else 100)
+        res["memory_no_shell"] = bench_memory(8 if args.quick else 100, shell=False)
     if args.only in (None, "batch"):
         res["batch"] = bench_batch(4 if args.quick else 40, (2,) if args.quick else (2, 4, 8))
     print(json.dumps(res) if args.json else render(res))
