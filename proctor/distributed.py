@@ -45,9 +45,7 @@ class RayJob(BaseModel):
     env: str = Field(description="The environment as the worker loads it: a directory path or a module name.")
     ident: str
     agent_spec: str
-    seed: int
-    difficulty: int | None = None
-    params: dict[str, Any] | None = None
+    resolve: dict[str, Any] = Field(description="Keyword arguments of tasks.loading.resolved for this rollout (seed, difficulty, params...), exactly as the driver resolved it.")
     config: RolloutConfig
     model: ModelConfig | None = None
     run_id: str
@@ -98,7 +96,7 @@ def run_job(job: RayJob) -> RayOutcome:
 
     env = load_environment(job.env)
     with tempfile.TemporaryDirectory(prefix="proctor-ray-") as scratch:
-        with resolved(env, job.ident, seed=job.seed, difficulty=job.difficulty, params=job.params) as (task, instance):
+        with resolved(env, job.ident, **job.resolve) as (task, instance):
             result = run_rollout(task, make_agent(job.agent_spec, task, job.model), scratch, instance=instance,
                                  config=job.config, env_dir=env.directory, run_id=job.run_id)
         run_dir = Path(scratch) / job.run_id

@@ -119,10 +119,12 @@ def run_many(
 
             jobs = []
             for i in todo:
-                with resolved(env, ident, seed=seed + i, difficulty=difficulty, params=params) as (task, instance):
-                    jobs.append(RayJob(index=i, env=env_ref(env), ident=ident, agent_spec=agent_spec, seed=seed + i,
-                                       difficulty=difficulty, params=params, config=config, model=model,
-                                       run_id=plan.run_id(task.id, i), task_id=task.id, instance=instance))
+                # The worker resolves the rollout with exactly these arguments, as `one` does here.
+                how = {"seed": seed + i, "difficulty": difficulty, "params": params}
+                with resolved(env, ident, **how) as (task, instance):
+                    jobs.append(RayJob(index=i, env=env_ref(env), ident=ident, agent_spec=agent_spec, resolve=how,
+                                       config=config, model=model, run_id=plan.run_id(task.id, i), task_id=task.id,
+                                       instance=instance))
             ran_by = run_on_ray(jobs, out_dir, address=ray, parallel=parallel, retries=ray_retries, on_result=on_result)
             by_index = {**plan.finished, **ran_by}
             return [by_index[i] for i in range(n)]
