@@ -7,14 +7,16 @@ demo: setup
 	@.venv/bin/proctor demo
 
 test:
-	@PROCTOR_EXTRAS=test,serve,view,trainers,plots bash scripts/setup.sh
+	@PROCTOR_EXTRAS=test,serve,view,trainers,plots,ray bash scripts/setup.sh
 	@.venv/bin/python -m pytest -q
 
 bench:
-	@PROCTOR_EXTRAS=serve,view bash scripts/setup.sh
+	@PROCTOR_EXTRAS=serve,view,ray bash scripts/setup.sh
 	@.venv/bin/python bench/sandbox.py
 	@.venv/bin/python bench/tools_custody.py
 	@.venv/bin/python bench/rollout.py
+	@.venv/bin/python bench/pool.py
+	@.venv/bin/python bench/ray_batch.py
 	@.venv/bin/python bench/gvisor.py
 	@.venv/bin/python bench/fake_backend.py
 	@.venv/bin/python bench/server.py

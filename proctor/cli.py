@@ -173,6 +173,9 @@ def run(
     difficulty: int | None = typer.Option(None, "--difficulty", help="Family difficulty (default: the family's first)."),
     param: list[str] = typer.Option([], "--param", help="Family parameter KEY=VALUE (repeatable)."),
     parallel: int = typer.Option(1, "-j", "--parallel", min=1, help="Rollouts at once."),
+    pool: int = typer.Option(0, "--pool", min=0, max=1000, help="Keep this many sandboxes built ahead (a warm pool): each serves one rollout and is destroyed after; a drained pool builds cold. 0: none."),
+    ray: str | None = typer.Option(None, "--ray", help="Run the rollouts as tasks of a Ray cluster: auto (the one this machine is in), local (start one here) or ADDRESS; results and transcripts come back to --out (needs the ray extra)."),
+    ray_retries: int = typer.Option(2, "--ray-retries", min=0, max=10, help="--ray: run a rollout again this many times if its worker or node dies; then it is an infra_error."),
     penalty: float = typer.Option(0.0, "--penalty", min=0.0, help="Reward of a misbehaved rollout is minus this."),
     allow_degraded: bool = typer.Option(False, "--allow-degraded", help="Run even if this machine lacks a required protection (the result says so)."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
@@ -222,6 +225,8 @@ def run(
                 raise ConfigError("--instances FILE says each instance's seed, difficulty and parameters; drop -n, --seed, --difficulty and --param")
             if instances is not None and impossible:
                 raise ConfigError("--impossible applies to --task; an instances file marks each impossible instance with \"impossible\": true")
+            if instances is not None and ray is not None:
+                raise ConfigError("--ray runs a --task batch; run an --instances file without it")
             if instances is not None and resume:
                 raise ConfigError("--resume finishes a --task batch; an --instances run is not one (run the file's remaining lines instead)")
             specs = None
@@ -239,11 +244,12 @@ def run(
             if specs is not None:
                 if not as_json and len(specs) > 1:
                     bars.append(stack.enter_context(BatchProgress(console, f"{instances} x{len(specs)}", len(specs), 0)))
-                results = run_instances(loaded, specs, agent, out, config=config, parallel=parallel, on_result=finished, model=model)
+                results = run_instances(loaded, specs, agent, out, config=config, parallel=parallel, on_result=finished, model=model,
+                                        pool=pool)
             else:
                 results = run_many(loaded, task, agent, out, n=n, seed=seed, difficulty=difficulty, params=params,
                                    config=config, parallel=parallel, model=model, resume=resume, on_plan=planned,
-                                   on_result=finished, impossible=impossible)
+                                   on_result=finished, impossible=impossible, pool=pool, ray=ray, ray_retries=ray_retries)
         except ProctorError as exc:
             stack.close()
             _fail(exc)

@@ -45,6 +45,7 @@ from .framing import Framing, load_framing
 from .judges.base import JudgeContext, Verdict, evaluate
 from .results import MisbehaviourRecord, RolloutResult, Status, StepEnd, StepResult, Timings, Usage, write_result
 from .sandbox import SandboxBackend, SandboxSpec, StudentSandbox, at_least, get_backend
+from .sandbox.pool import sandbox_start
 from .tasks.loading import Environment, resolved
 from .tasks.models import Instance, StepHookContext, Task
 from .tasks.packages import missing_packages
@@ -692,6 +693,7 @@ class Episode:
             score=min(max(score, 0.0), 1.0), judged_score=judged, reward=reward, steps=self.steps, misbehaviour=self.misbehaviour,
             errors=self.errors, confinement=self.confinement, usage=self.usage, timings=timings, ended_by=self.ended_by,
             impossible=self._impossible(), framing=self.framing,
+            sandbox_start=sandbox_start(self.box) if self.box is not None else None,
         )
 
     def _impossible(self) -> bool:

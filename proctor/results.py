@@ -88,6 +88,7 @@ class RolloutResult(_Model):
     misbehaviour: list[MisbehaviourRecord] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list, description="Infra errors, one line each.")
     confinement: dict[str, Any] = Field(default_factory=dict, description="What the machine granted; `degraded` lists protections run without.")
+    sandbox_start: Literal["warm", "cold"] | None = Field(None, description="Whether the student's sandbox came ready from a warm pool (`--pool`) or was built for this rollout; None if none was made.")
     usage: Usage = Field(default_factory=Usage)
     timings: Timings
     ended_by: StepEnd | None = Field(None, description="Why the agent's work ended in the last step attempted.")

@@ -6,7 +6,8 @@ result is written as soon as its rollout ends, so an interrupted batch keeps wha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ from .batches import BatchPlan, batch_spec, open_batch
 from .errors import ConfigError
 from .harness import RolloutConfig, run_rollout
 from .results import RolloutResult
-from .sandbox import SandboxBackend
+from .sandbox import SandboxBackend, get_backend
+from .sandbox.pool import PoolConfig, SandboxPool
 from .tasks.loading import Environment, resolved
 
 
@@ -81,6 +83,9 @@ def run_many(
     on_plan: Callable[[BatchPlan], None] | None = None,
     backend: SandboxBackend | None = None,
     impossible: bool = False,
+    pool: int = 0,
+    ray: str | None = None,
+    ray_retries: int = 2,
 ) -> list[RolloutResult]:
     """Run `n` rollouts of a task (or of a family, with seeds seed, seed+1, ...) as one batch of
     `out_dir`, and return all `n` results in order. With `resume`, the batch in `out_dir` that
@@ -89,7 +94,12 @@ def run_many(
     a resume that matches no batch) surface before any rollout starts; `on_plan` then sees the
     batch (what is finished, what is left) before the first rollout does. `backend` overrides
     `config.runtime` (tests hand in the fake here). With `impossible`, every rollout runs the
-    instance's impossible variant (a cheating-rate probe)."""
+    instance's impossible variant (a cheating-rate probe). `pool` > 0 serves the rollouts from a warm pool
+    of that many sandboxes (proctor/sandbox/pool.py). `ray` (an address, "auto" or "local") runs
+    the rollouts as tasks of that Ray cluster instead, each retried up to `ray_retries` times if
+    its worker dies (proctor/distributed.py)."""
+    if ray is not None and (pool or backend is not None):
+        raise ConfigError("--ray runs each rollout on a worker with its own sandboxes; drop --pool (and a test backend)")
     config = config or RolloutConfig()
     # Fail fast on a bad id, parameters or agent before spending anything.
     with resolved(env, ident, seed=seed, difficulty=difficulty, params=params, impossible=impossible) as (task, _):
@@ -97,7 +107,7 @@ def run_many(
     spec = batch_spec(env, ident, agent_spec, n=n, seed=seed, difficulty=difficulty, params=params, config=config, model=model,
                       impossible=impossible)
 
-    with open_batch(out_dir, spec, resume=resume) as plan:
+    with open_batch(out_dir, spec, resume=resume) as plan, pooled(backend, config, pool, parallel, len(plan.todo)) as backend:
         if on_plan:
             on_plan(plan)
 
@@ -110,6 +120,20 @@ def run_many(
             return result
 
         todo = plan.todo
+        if ray is not None:
+            from .distributed import RayJob, env_ref, run_on_ray
+
+            jobs = []
+            for i in todo:
+                # The worker resolves the rollout with exactly these arguments, as `one` does here.
+                how = {"seed": seed + i, "difficulty": difficulty, "params": params, "impossible": impossible}
+                with resolved(env, ident, **how) as (task, instance):
+                    jobs.append(RayJob(index=i, env=env_ref(env), ident=ident, agent_spec=agent_spec, resolve=how,
+                                       config=config, model=model, run_id=plan.run_id(task.id, i), task_id=task.id,
+                                       instance=instance))
+            ran_by = run_on_ray(jobs, out_dir, address=ray, parallel=parallel, retries=ray_retries, on_result=on_result)
+            by_index = {**plan.finished, **ran_by}
+            return [by_index[i] for i in range(n)]
         ran = _each(one, todo, parallel)
         by_index = {**plan.finished, **dict(zip(todo, ran))}
         return [by_index[i] for i in range(n)]
@@ -126,10 +150,11 @@ def run_instances(
     on_result: Callable[[RolloutResult], None] | None = None,
     model: ModelConfig | None = None,
     backend: SandboxBackend | None = None,
+    pool: int = 0,
 ) -> list[RolloutResult]:
     """Run exactly these family instances, one rollout each, in order of the list (results come
     back in the same order). Every instance is checked, and the agent built once, before any runs.
-    `backend` overrides `config.runtime` (tests hand in the fake)."""
+    `backend` overrides `config.runtime` (tests hand in the fake); `pool` as for `run_many`."""
     check_instances(env, specs)
     if not specs:
         return []
@@ -146,7 +171,21 @@ def run_instances(
             on_result(result)
         return result
 
-    return _each(one, specs, parallel)
+    with pooled(backend, config or RolloutConfig(), pool, parallel, len(specs)) as backend:
+        return _each(one, specs, parallel)
+
+
+@contextlib.contextmanager
+def pooled(backend: SandboxBackend | None, config: RolloutConfig, size: int, parallel: int,
+           rollouts: int) -> Iterator[SandboxBackend | None]:
+    """The batch's backend: with `size` > 0, a warm pool of that many sandboxes around it that
+    builds no more than the batch's `rollouts` need, closed (every used sandbox torn down) when
+    the batch ends."""
+    if size <= 0:
+        yield backend
+        return
+    with SandboxPool(backend or get_backend(config.runtime), PoolConfig(size=size, refill=min(2, max(1, parallel)), expected=rollouts)) as pool:
+        yield pool
 
 
 def _each(fn: Callable[[Any], RolloutResult], items: Sequence[Any], parallel: int) -> list[RolloutResult]:

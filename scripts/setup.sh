@@ -44,8 +44,8 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; th
     PY=/usr/bin/python3
 fi
 # Optional extras (pyproject.toml): `serve` by default; `make test` asks for every extra its tests
-# need (PROCTOR_EXTRAS=test,serve,view,trainers,plots), which brings torch, the trainer libraries, matplotlib and, for
-# the viewer's browser tests, Chromium.
+# need (PROCTOR_EXTRAS=test,serve,view,trainers,plots,ray), which brings torch, the trainer libraries, matplotlib,
+# Ray (`proctor run --ray`) and, for the viewer's browser tests, Chromium.
 EXTRAS=${PROCTOR_EXTRAS:-serve}
 stamp=".venv/.proctor-installed-${EXTRAS//,/-}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then

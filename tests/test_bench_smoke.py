@@ -88,6 +88,25 @@ def test_the_rollout_benchmark_runs_and_reports_every_figure() -> None:
 
 
 @needs_sandbox_host
+def test_the_pool_benchmark_runs_and_reports_every_figure() -> None:
+    res = _quick("pool.py", timeout=180)
+    for which in ("cold", "warm"):
+        _positive(res, "start", which, "median")
+        _positive(res, "start", f"{which}_ratio")
+    rows = res["batch"]["rows"]
+    assert {r["pool"] > 0 for r in rows} == {True, False}
+    for r in rows:
+        assert r["rollouts_per_s"] > 0 and r["cpu_ms_per_rollout"] > 0
+
+
+@needs_sandbox_host
+def test_the_ray_benchmark_runs_and_reports_its_ratio() -> None:
+    res = _quick("ray_batch.py", timeout=240)
+    for key in ("local_per_s", "ray_per_s", "ratio", "ray_start_s"):
+        _positive(res, key)
+
+
+@needs_sandbox_host
 def test_the_server_benchmark_runs_and_reports_every_figure() -> None:
     res = _quick("server.py", timeout=180)
     for key in ("direct_step_ms", "served_step_ms"):

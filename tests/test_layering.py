@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("agents",),
     ("tasks",),
     ("episode", "policies", "harness", "transcript", "results"),
-    ("runner", "batches"),
+    ("runner", "batches", "distributed"),
     ("redteam", "insight"),
     ("server", "viewer", "integrations", "scaffold", "demo", "testing", "progress"),
     ("cli",),

@@ -253,6 +253,11 @@ class Sandbox:
         misbehaviour (kind `forbidden_syscall`)."""
         return self._syscalls.drain() if self._syscalls else []
 
+    def prepare(self) -> None:
+        """Start the session now (namespaces, view, the anchor waiting) instead of at the first
+        command: what a warm pool (pool.py) does ahead of the rollout."""
+        self._ensure_session()
+
     # -- running commands ------------------------------------------------------------------------
     def spawn(self, argv: Sequence[str], *, cwd: str | None = None) -> BwrapProcess:
         """Start a long-running student process with stdin/stdout/stderr pipes."""
