@@ -1,0 +1,106 @@
+"""Task images: built offline from a local base with buildah, cached by content, run as the
+student's root with every protection of the plain sandbox (the isolation tests rerun over an
+image root: tests/test_sandbox_isolation.py, runtime `image`)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from proctor.errors import ImageError
+from proctor.images import TaskImage, prepare
+from proctor.images.build import base_images
+from proctor.sandbox import SandboxSpec, get_backend
+
+
+def test_from_lines_name_the_base_images_and_skip_stages():
+    text = "FROM a:1 AS build\nRUN x\nFROM --platform=linux/amd64 b AS two\nFROM build\nFROM scratch\nFROM $X\n"
+    assert base_images(text) == ["a:1", "b"]
+
+
+def test_a_task_image_names_one_source():
+    with pytest.raises(ValueError, match="either"):
+        TaskImage()
+    with pytest.raises(ValueError, match="absolute"):
+        TaskImage(context="rel/dir")
+
+
+def test_image_builds_offline_from_the_local_base_and_the_second_build_is_a_cache_hit(image_store, image_context, image_root):
+    assert os.path.exists(image_root.root) and image_root.workdir == "/app"
+    assert image_root.env["TASK_FLAVOUR"] == "image"
+    start = time.monotonic()
+    again = image_store.export(image_store.build(TaskImage(context=image_context)), "again")
+    assert again.id == image_root.id and again.root == image_root.root
+    assert time.monotonic() - start < 10  # no buildah bud ran: the tag was found by content hash
+
+
+def test_a_changed_context_is_a_new_image(image_store, image_context, tmp_path):
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    for name in ("Dockerfile", "tool.sh"):
+        (ctx / name).write_text((image_context / name).read_text())
+    (ctx / "tool.sh").write_text("#!/bin/sh\necho changed\n")
+    assert image_store.build(TaskImage(context=ctx)) != image_store.build(TaskImage(context=image_context))
+
+
+def test_workdir_and_env_of_the_image_are_applied_and_its_python_is_its_own(image_root):
+    with get_backend("bwrap").create(SandboxSpec(image=image_root, env={"EXTRA": "1"})) as box:
+        res = box.run('pwd; cat seed.txt; echo "$TASK_FLAVOUR $EXTRA $HOME"; echo "$PATH"; imgtool; '
+                      'python3 -c "import sys; print(sys.prefix, sys.path)"; env | grep -c "^PYTHON" || true; '
+                      'test -e /opt/proctor && echo HOST-OPT; ls /usr/lib/python3/dist-packages | grep -c proctor || true')
+        lines = res.text.splitlines()
+        assert lines[0] == "/app" and lines[1] == "seeded"
+        assert lines[2] == "image 1 /workdir"
+        assert lines[3] == "/opt/imgbin:/usr/local/bin:/usr/bin:/bin"
+        assert lines[4] == "tool-from-image"
+        assert lines[5].startswith("/usr ") and "/work" not in lines[5] and "proctor" not in lines[5]
+        assert lines[6] == "0" and "HOST-OPT" not in res.text and lines[-1] == "0"
+        # The harness's package is not importable, and the student still writes only its workdir.
+        res = box.run("python3 -c 'import proctor' 2>&1; touch /app/x /usr/x 2>&1; echo hi > /workdir/ok && cat /workdir/ok")
+        assert "No module named 'proctor'" in res.text and "Read-only" in res.text and res.text.strip().endswith("hi")
+
+
+def test_the_host_root_and_system_stay_invisible_in_an_image(image_root):
+    marker = Path("/root") / f"proctor-image-marker-{os.getpid()}"
+    marker.write_text("host secret")
+    try:
+        with get_backend("bwrap").create(SandboxSpec(image=image_root)) as box:
+            res = box.run(f"test -e {marker} && echo LEAK; cat /etc/debian_version; grep -c student /etc/passwd; "
+                          "test -e /usr/bin/bwrap && echo HOST-USR; test -e /etc/shadow && echo SHADOW; true")
+            assert "LEAK" not in res.text and "HOST-USR" not in res.text
+            assert res.text.splitlines()[1] == "1"  # the generated passwd over the image's /etc
+    finally:
+        marker.unlink()
+
+
+def test_a_missing_image_gives_an_error_naming_it(image_store, tmp_path):
+    with pytest.raises(ImageError, match="proctor-no-such-image:1"):
+        prepare(TaskImage(ref="proctor-no-such-image:1"), image_store)
+    (tmp_path / "Dockerfile").write_text("FROM proctor-missing-base:7\nRUN true\n")
+    with pytest.raises(ImageError, match="proctor-missing-base:7"):
+        prepare(TaskImage(context=tmp_path), image_store)
+
+
+def test_a_bad_dockerfile_gives_a_clear_error(image_store, tmp_path):
+    from conftest import BASE_IMAGE
+
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nRUN exit 3\n")
+    with pytest.raises(ImageError, match="cannot build the image of .*Dockerfile"):
+        prepare(TaskImage(context=tmp_path), image_store)
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nBOGUS instruction\n")
+    with pytest.raises(ImageError, match="cannot build the image of .*Dockerfile"):
+        prepare(TaskImage(context=tmp_path), image_store)
+    with pytest.raises(ImageError, match="does not exist"):
+        prepare(TaskImage(context=tmp_path / "nope"), image_store)
+
+
+def test_an_image_reference_runs_from_the_local_store(image_store):
+    from conftest import BASE_IMAGE
+
+    root = prepare(TaskImage(ref=BASE_IMAGE), image_store)
+    with get_backend("bwrap").create(SandboxSpec(image=root)) as box:
+        res = box.run("pwd; id -u")
+        assert res.text.split() == ["/workdir", str(box.uid)]
