@@ -175,7 +175,7 @@ class Sandbox:
         self._lease = lease_uid()
         uid = gid = self._lease.uid
         reclaim.write_meta(self.id, uid)
-        if self.python_runtime and self.spec.image is None:
+        if self.python_runtime:
             check_trusted_dirs(student_path(self.python_runtime))
         self._places.root.mkdir(mode=0o700, exist_ok=True)
         limits = self.spec.limits
