@@ -104,3 +104,43 @@ def test_an_image_reference_runs_from_the_local_store(image_store):
     with get_backend("bwrap").create(SandboxSpec(image=root)) as box:
         res = box.run("pwd; id -u")
         assert res.text.split() == ["/workdir", str(box.uid)]
+
+
+class TestProtectionsOverAnImage:
+    """What the isolation tests do not cover, over the image root: limits, kill-all, the filter."""
+
+    pytestmark = pytest.mark.runtimes("image")
+
+    def test_the_syscall_filter_refuses_and_records_inside_the_image(self, make_sandbox):
+        from proctor.sandbox.confinement import _ADD_KEY
+
+        box = make_sandbox()
+        res = box.run(["/usr/bin/python3", "-c", _ADD_KEY])
+        assert res.text.strip().startswith("refused-"), res.text
+        assert [a.syscall for a in box.syscall_attempts()] == ["add_key"]
+
+    def test_kill_all_leaves_no_student_process_and_the_workdir_survives(self, make_sandbox, host_processes_of):
+        box = make_sandbox()
+        box.run("(setsid sleep 1000 &) ; nohup sleep 1000 >/dev/null 2>&1 & echo kept > /workdir/f")
+        assert host_processes_of(box.uid)
+        report = box.kill_all()
+        assert report.empty and not host_processes_of(box.uid)
+        assert box.run("cat /workdir/f").text.strip() == "kept"
+
+    def test_the_memory_and_process_limits_hold_in_the_image(self, make_sandbox):
+        box = make_sandbox(memory_bytes=64 * 1024 * 1024, pids=32)
+        res = box.run(["/usr/bin/python3", "-c", "b = bytearray(256 * 1024 * 1024); print('allocated')"], timeout=30)
+        assert "allocated" not in res.text and (res.exit_code != 0 or res.signal)
+        res = box.run("for i in $(seq 64); do sleep 5 & done 2>&1 | grep -c -i 'resource\\|fork' ; true", timeout=30)
+        assert int(res.text.split()[-1]) > 0
+        box.kill_all()
+
+    def test_custody_copies_out_of_the_image_sandbox_and_refuses_a_link_into_it(self, make_sandbox, tmp_path):
+        from proctor.custody import take_custody
+
+        box = make_sandbox()
+        box.run("echo answer > /workdir/out.txt; ln -s /etc/passwd /workdir/link.txt")
+        report = take_custody(box.workdir, ["out.txt", "link.txt"], tmp_path / "c", student_uid=box.uid)
+        assert (tmp_path / "c" / "out.txt").read_text() == "answer\n"
+        assert not (tmp_path / "c" / "link.txt").exists()
+        assert report.model_dump_json().count("link.txt") >= 1
