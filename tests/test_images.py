@@ -144,3 +144,53 @@ class TestProtectionsOverAnImage:
         assert (tmp_path / "c" / "out.txt").read_text() == "answer\n"
         assert not (tmp_path / "c" / "link.txt").exists()
         assert report.model_dump_json().count("link.txt") >= 1
+
+
+ENV_INIT = '''
+from pathlib import Path
+from proctor import FunctionJudge, Step, Task
+from proctor.agents.script import Script, ScriptTurn
+from proctor.images import TaskImage
+
+CTX = Path({ctx!r})
+
+
+def _judge(ctx):
+    path = ctx.submission / "answer.txt"
+    return 1.0 if path.is_file() and path.read_text().strip() == "tool-from-image image" else 0.0
+
+
+TASKS = [Task(
+    id="in-image",
+    image=TaskImage(context=CTX),
+    steps=(Step(instructions="Run imgtool and write its output and $TASK_FLAVOUR to /workdir/answer.txt.",
+                submit=("answer.txt",), judge=FunctionJudge(fn=_judge, timeout_s=5)),),
+    oracle=Script(name="o", turns=[
+        ScriptTurn(tool="bash", arguments={{"command": 'echo "$(imgtool) $TASK_FLAVOUR" > /workdir/answer.txt; pwd'}}),
+        ScriptTurn(tool="submit", arguments={{}}),
+    ]),
+)]
+'''
+
+
+def test_a_task_with_an_image_runs_end_to_end_and_check_confinement_reports_images(
+        confinement, image_store, image_context, tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from proctor.cli import app
+
+    monkeypatch.setenv("PROCTOR_IMAGE_STORE", str(image_store.root))
+    monkeypatch.setenv("PROCTOR_IMAGE_ROOTS", str(image_store.roots))
+    env = tmp_path / "imgenv"
+    env.mkdir()
+    (env / "__init__.py").write_text(ENV_INIT.format(ctx=str(image_context)))
+    got = CliRunner().invoke(app, ["run", str(env), "--task", "in-image", "--agent", "oracle", "--out", str(tmp_path / "out"), "--json"],
+                             catch_exceptions=False)
+    assert got.exit_code == 0, got.output
+    [result] = [json.loads(p.read_text()) for p in (tmp_path / "out").glob("*/result.json")]
+    assert (result["status"], result["score"]) == ("completed", 1.0), result
+    got = CliRunner().invoke(app, ["check", "confinement", "--json"], catch_exceptions=False)
+    report = json.loads(got.stdout)
+    assert report["images"]["supported"] is True and "buildah" in report["images"]["detail"]

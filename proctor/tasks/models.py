@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..agents.script import Script, ScriptTurn  # noqa: F401 - ScriptTurn: task files import it from here
+from ..images.models import TaskImage
 from ..judges.base import Judge
 from ..sandbox.models import SandboxLimits
 from ..tools.registry import DEFAULT_TOOL_NAMES, TOOLS
@@ -112,6 +113,7 @@ class Task(BaseModel):
     workdir_files: Path | None = Field(None, description="Host directory whose contents are copied into /workdir at the start, owned by the student.")
     hidden: Path | None = Field(None, description="Host directory of hidden data (answer keys, hidden tests): only judges see it.")
     packages: tuple[str, ...] = Field((), description="Python distributions the student runtime must provide (checked before the rollout).")
+    image: TaskImage | None = Field(None, description="A container image (Dockerfile + context, or a reference) whose filesystem is the student's root; None: the host's system (docs/tasks.md, \"Images\").")
     requires: tuple[str, ...] | None = Field(None, description="Confinement protections required; None: Proctor's default set.")
     requires_runtime: Literal["bwrap", "gvisor"] | None = Field(
         None, description="The weakest sandbox runtime this task may run under (gvisor is stronger than bwrap); a rollout on a weaker one is refused unless allow_degraded.")
