@@ -243,43 +243,17 @@ BASE_IMAGE = "proctor-test-base:bookworm"
 BASE_INCLUDE = "python3"
 
 
-def _apt_mirror() -> str:
-    import glob
-    import re
-
-    for path in sorted(glob.glob("/etc/apt/sources.list.d/*")) + ["/etc/apt/sources.list"]:
-        try:
-            text = open(path).read()
-        except OSError:
-            continue
-        m = re.search(r"^URIs:\s*(\S+/debian)\s*$", text, re.M) or re.search(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+/debian)\s", text, re.M)
-        if m:
-            return m.group(1)
-    return "http://deb.debian.org/debian"
-
-
 @pytest.fixture(scope="session")
 def image_store():
     """A container store of the test session's own (never the machine's), holding the local base
     image, built once with mmdebstrap (its tarball kept for later sessions on this machine)."""
-    import subprocess
-
     _require_root()
     from proctor.images import ImageStore
+    from proctor.images.base import ensure_debian_base
 
     os.makedirs(IMAGE_TEST_DIR, mode=0o700, exist_ok=True)
     store = ImageStore(os.path.join(IMAGE_TEST_DIR, "store"), os.path.join(IMAGE_TEST_DIR, "roots"))
-    if store.image_id(BASE_IMAGE) is None:
-        tar = os.path.join(IMAGE_TEST_DIR, f"base-{BASE_SUITE}-{BASE_INCLUDE}.tar")
-        if not os.path.exists(tar):
-            res = subprocess.run(["mmdebstrap", "--variant=essential", f"--include={BASE_INCLUDE}", "--format=tar",
-                                  "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
-                                  "--dpkgopt=path-exclude=/usr/share/locale/*",
-                                  BASE_SUITE, tar + ".part", _apt_mirror()], capture_output=True, text=True, timeout=900)
-            assert res.returncode == 0, res.stderr[-2000:]
-            os.rename(tar + ".part", tar)
-        res = store.run("podman", "import", tar, BASE_IMAGE)
-        assert res.returncode == 0, res.stderr
+    ensure_debian_base(store, BASE_IMAGE, suite=BASE_SUITE, include=BASE_INCLUDE, cache_dir=IMAGE_TEST_DIR)
     return store
 
 
