@@ -194,3 +194,13 @@ def test_a_task_with_an_image_runs_end_to_end_and_check_confinement_reports_imag
     got = CliRunner().invoke(app, ["check", "confinement", "--json"], catch_exceptions=False)
     report = json.loads(got.stdout)
     assert report["images"]["supported"] is True and "buildah" in report["images"]["detail"]
+
+
+def test_a_vanished_image_root_and_the_gvisor_runtime_are_refused_clearly(image_root, gvisor_confinement):
+    from proctor.errors import ConfigError, SandboxError
+
+    gone = image_root.model_copy(update={"root": "/nonexistent/proctor-image.erofs"})
+    with pytest.raises(SandboxError, match="task image's root .* is gone"):
+        get_backend("bwrap").create(SandboxSpec(image=gone))
+    with pytest.raises(ConfigError, match="bwrap runtime only"):
+        get_backend("gvisor").create(SandboxSpec(image=image_root))

@@ -17,6 +17,7 @@ erofs roots in PROCTOR_IMAGE_ROOTS (default /var/lib/proctor/image-roots)."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -118,6 +119,12 @@ class ImageStore:
         self.roots.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.roots, 0o700)
         base = self.roots / f"{image_id[:24]}-{FORMAT}"
+        # One exporter per image at a time: another harness's unmount would pull the tree away.
+        with open(base.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._export_locked(image_id, name, base)
+
+    def _export_locked(self, image_id: str, name: str, base: Path) -> ImageRoot:
         erofs, meta = base.with_suffix(".erofs"), base.with_suffix(".json")
         if erofs.exists() and meta.exists():
             info = json.loads(meta.read_text())

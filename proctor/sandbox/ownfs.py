@@ -138,6 +138,8 @@ class OwnView:
         if root_image is not None:
             self.system_root = self.root / "system"
             self.system_root.mkdir(mode=0o755)
+            if not os.path.isfile(root_image):
+                raise SandboxError(f"the task image's root {root_image} is gone; prepare the image again (proctor.images.prepare)")
             # Its own loop device and superblock, as for the host's system image (sysimage).
             sysimage.mount(Path(root_image), self.system_root)
             etc = self.system_root / "etc"
