@@ -22,5 +22,6 @@ bench:
 	@.venv/bin/python bench/server.py
 	@.venv/bin/python bench/syscall_filter.py
 	@.venv/bin/python bench/covert.py
+	@.venv/bin/python bench/images.py
 	@.venv/bin/python bench/viewer.py
 	@.venv/bin/python bench/report.py

@@ -90,9 +90,15 @@ def _check_confinement(as_json: bool, runtime: str) -> None:
         report = probe(Sandbox) if runtime == "bwrap" else get_backend(runtime).machine_confinement()  # type: ignore[arg-type]
     except ProctorError as exc:
         _fail(exc)
+    from .images import image_support
+
     missing = [p.name for p in report.protections if p.status in ("missing", "absent") and (p.name in DEFAULT_REQUIRED or p.name == "sandbox")]
+    images_ok, images_detail = image_support()
+    if runtime != "bwrap":
+        images_ok, images_detail = False, f"task images run under the bwrap runtime only, not {runtime}"
     if as_json:
-        typer.echo(json.dumps({**report.model_dump(), "ok": not missing, "missing": missing}, indent=2))
+        typer.echo(json.dumps({**report.model_dump(), "ok": not missing, "missing": missing,
+                               "images": {"supported": images_ok, "detail": images_detail}}, indent=2))
     else:
         table = Table(title=f"Confinement on this machine, runtime {runtime} (cgroup v{report.cgroup_version})")
         for col in ("protection", "status", "mechanism", "detail"):
@@ -100,6 +106,7 @@ def _check_confinement(as_json: bool, runtime: str) -> None:
         for p in report.protections:
             table.add_row(p.name, f"[{_STATUS_STYLE[p.status]}]{p.status}[/]", p.mechanism, p.detail)
         console.print(table)
+        console.print(f"Task images: {'[green]supported[/green]' if images_ok else '[yellow]not supported[/yellow]'} ({images_detail})", highlight=False)
         console.print(
             "Not covered: kernel exploits (host a stronger runtime such as gVisor or a VM for that), "
             "timing side channels (CPU and memory contention; page-cache residency of task data over 64 MiB, and of "

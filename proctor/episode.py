@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from . import policies
+from . import images, policies
 from .agents.base import Agent, AgentError, AgentTimeout, AgentTurn, Observation, TurnUsage
 from .custody import CustodyLimits, MisbehaviourEvent, custody_point
 from .errors import ConfigError, ConfinementError, ProctorError
@@ -410,8 +410,9 @@ class Episode:
         missing = missing_packages(task.packages)
         if missing:
             raise ConfigError(f"task {task.id!r} needs {', '.join(missing)} in the student runtime; add them to runtime-requirements.txt and run `make setup`")
-        spec = SandboxSpec(limits=task.limits.sandbox, data_dir=str(task.data) if task.data else None,
-                           workdir=task.workdir, data_at=task.data_at)
+        image = images.prepare(task.image) if task.image is not None else None  # built once, then cached by content
+        spec = SandboxSpec(limits=task.limits.sandbox, data_dir=str(task.data) if task.data else None, 
+                           workdir=task.workdir, data_at=task.data_at, image=image)
         runtime_ok = at_least(self.backend.name, task.requires_runtime)
         if not runtime_ok and not self.config.allow_degraded:
             raise ConfinementError(f"task {task.id!r} requires the {task.requires_runtime} sandbox runtime and this rollout runs under "

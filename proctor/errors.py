@@ -35,3 +35,7 @@ def describe_error(exc: ValidationError) -> str:
         loc = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
         parts.append(f"{loc}: {err.get('msg', 'invalid')}")
     return "; ".join(parts)
+
+
+class ImageError(ConfigError):
+    """A task's container image cannot be built, found or exported (it names the image)."""

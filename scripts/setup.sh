@@ -30,6 +30,10 @@ command -v gcc >/dev/null || need+=(gcc)
 case ",${PROCTOR_EXTRAS:-serve}," in *,test,*) case ",${PROCTOR_EXTRAS}," in *,view,*)
     [ -x /usr/bin/chromium ] || need+=(chromium) ;; esac ;; esac
 command -v mkfs.erofs >/dev/null || need+=(erofs-utils)  # the system image every sandbox mounts (below)
+# Task images (proctor/images): built daemonless with buildah/podman, RUN steps under crun (or
+# --isolation chroot), rootless-capable storage tools; mmdebstrap makes the tests' local base image.
+for tool in podman buildah crun fuse-overlayfs mmdebstrap; do command -v "$tool" >/dev/null || need+=("$tool"); done
+command -v newuidmap >/dev/null || need+=(uidmap)
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive

@@ -97,6 +97,9 @@ def _create(runtime: str, spec, request):
     """A sandbox on `runtime`, its confinement proven first (bwrap's by the session fixture)."""
     from proctor.sandbox import get_backend
 
+    if runtime == "image":  # the bwrap sandbox over the test task image's root
+        spec = spec.model_copy(update={"image": request.getfixturevalue("image_root")})
+        return get_backend("bwrap").create(spec)
     if runtime != "bwrap":
         request.getfixturevalue(f"{runtime}_confinement")
     return get_backend(runtime).create(spec)
@@ -230,3 +233,48 @@ def student_processes(box) -> list[int]:
     from proctor.sandbox import procfs
 
     return [p for p in procfs.pids_of_uid(box.uid) if not procfs.is_zombie(p)]
+
+
+# -- task images: a local Debian base made with mmdebstrap, no registry --------------------------
+IMAGE_TEST_DIR = os.environ.get("PROCTOR_TEST_IMAGES", "/var/tmp/proctor-images-test")
+BASE_SUITE = "bookworm"
+BASE_IMAGE = "proctor-test-base:bookworm"
+# The essential set plus python3: the tests use sh, coreutils, grep and python3, nothing more.
+BASE_INCLUDE = "python3"
+
+
+@pytest.fixture(scope="session")
+def image_store():
+    """A container store of the test session's own (never the machine's), holding the local base
+    image, built once with mmdebstrap (its tarball kept for later sessions on this machine)."""
+    _require_root()
+    from proctor.images import ImageStore
+    from proctor.images.base import ensure_debian_base
+
+    os.makedirs(IMAGE_TEST_DIR, mode=0o700, exist_ok=True)
+    store = ImageStore(os.path.join(IMAGE_TEST_DIR, "store"), os.path.join(IMAGE_TEST_DIR, "roots"))
+    ensure_debian_base(store, BASE_IMAGE, suite=BASE_SUITE, include=BASE_INCLUDE, cache_dir=IMAGE_TEST_DIR)
+    return store
+
+
+@pytest.fixture(scope="session")
+def image_context(tmp_path_factory):
+    """A small task image's build context: files, ENV and WORKDIR over the local base."""
+    ctx = tmp_path_factory.mktemp("image-ctx")
+    (ctx / "tool.sh").write_text("#!/bin/sh\necho tool-from-image\n")
+    (ctx / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\n"
+        "COPY tool.sh /usr/local/bin/imgtool\n"
+        "RUN chmod 755 /usr/local/bin/imgtool && mkdir -p /app && echo seeded > /app/seed.txt\n"
+        "ENV TASK_FLAVOUR=image PATH=/opt/imgbin:/usr/local/bin:/usr/bin:/bin\n"
+        "WORKDIR /app\n"
+    )
+    return ctx
+
+
+@pytest.fixture(scope="session")
+def image_root(image_store, image_context):
+    """The exported root of the test task image (an ImageRoot for SandboxSpec.image)."""
+    from proctor.images import TaskImage, prepare
+
+    return prepare(TaskImage(context=image_context), image_store)

@@ -141,3 +141,15 @@ def test_the_report_benchmark_runs_and_reports_its_ratio_and_memory() -> None:
     assert res["results"] == 2000 and res["cells"] > 1
     for key in ("report_s", "baseline_s", "ratio", "results_per_s", "peak_rss_bytes", "peak_rss_tenth_bytes", "rss_ratio"):
         _positive(res, key)
+
+
+@needs_sandbox_host
+def test_the_images_benchmark_runs_and_reports_every_figure() -> None:
+    # The bench's own store; the base tarball (mmdebstrap, once) is kept there between runs.
+    res = _quick("images.py", timeout=900)
+    for section, keys in (("build", ("cold_s", "cached_s", "cold_over_cached")),
+                          ("sandbox_start", ("image_s", "plain_s", "image_over_plain")),
+                          ("warm_command", ("image_s", "plain_s", "image_over_plain"))):
+        for key in keys:
+            _positive(res, section, key)
+    assert res["build"]["cold_over_cached"] > 1  # the second build of the same content is a cache hit

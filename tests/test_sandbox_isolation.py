@@ -20,7 +20,9 @@ from proctor.sandbox import Device, Endpoint, Mount, NetworkPolicy, SandboxSpec
 from proctor.sandbox.uids import UID_BASE, UID_COUNT
 from conftest import BOTH_RUNTIMES, student_processes  # noqa: E402
 
-pytestmark = BOTH_RUNTIMES
+# Every isolation test also runs over a task image's root (runtime `image`: the bwrap sandbox
+# with SandboxSpec.image set to the test image, tests/conftest.py): confined exactly as on the host.
+pytestmark = pytest.mark.runtimes("bwrap", "gvisor", "image")
 
 PY = "/usr/bin/python3"
 CONNECT = (
@@ -60,6 +62,16 @@ def test_hidden_host_paths_are_absent(sandbox, tmp_path, runtime):
         paths = ["/root", "/home", "/work", "/run", "/var", "/srv", "/sys", "/opt/proctor/student-runtime-not",
                  str(secret), sys.prefix, str(Path(__file__).resolve().parent), "/etc/shadow", "/etc/ssh",
                  "/run/proctor", "/dev/vda", "/dev/mem", "/dev/kmsg", "/dev/loop-control"]
+        markers = []
+        if runtime == "image":
+            # The image has its own /root, /home, /run, /var and /srv: what must not be there is
+            # the host's, so a marker planted in each host directory must stay unseen.
+            own = ("/root", "/home", "/run", "/var", "/srv")
+            for d in own:
+                marker = Path(d) / f"proctor-host-marker-{os.getpid()}"
+                marker.write_text("host")
+                markers.append(marker)
+            paths = [p for p in paths if p not in own] + [str(m) for m in markers] + ["/usr/bin/bwrap", "/opt/proctor"]
         if runtime == "gvisor":
             # runsc always mounts the sentry's own synthetic sysfs (no host cgroups, devices or
             # interfaces in it), so /sys exists; what must not be there is the host's.
@@ -68,6 +80,8 @@ def test_hidden_host_paths_are_absent(sandbox, tmp_path, runtime):
         assert "VISIBLE" not in res.text, res.text
     finally:
         secret.unlink()
+        for marker in markers:
+            marker.unlink()
 
 
 def test_the_student_runs_as_its_own_unprivileged_uid_without_groups_or_capabilities(make_sandbox):
@@ -139,7 +153,7 @@ def test_no_connection_leaves_the_namespace(make_sandbox, host_server, runtime):
     a, b = make_sandbox(), make_sandbox()
     # No route at all: connect() fails locally before any packet exists (gVisor's netstack says
     # EHOSTUNREACH where Linux says ENETUNREACH).
-    unreachable = errno.ENETUNREACH if runtime == "bwrap" else errno.EHOSTUNREACH
+    unreachable = errno.EHOSTUNREACH if runtime == "gvisor" else errno.ENETUNREACH
     assert a.run("cat /proc/net/route | wc -l").text.strip() == "1"
     peer = b.spawn([PY, "-c", "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', 47001)); s.listen(); time.sleep(60)"])
     b.run("sleep 0.3")
@@ -185,22 +199,36 @@ def test_blocked_connection_attempts_are_counted(sandbox, runtime):
     assert sandbox.network_counters()["Ip.OutNoRoutes"] >= 2
 
 
-def test_harness_secrets_do_not_reach_the_student(sandbox, monkeypatch):
+def test_harness_secrets_do_not_reach_the_student(sandbox, monkeypatch, runtime):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     monkeypatch.setenv("LD_PRELOAD", "/tmp/evil.so")
     monkeypatch.setenv("PYTHONPATH", "/tmp/evil")
     res = sandbox.run("env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'")
     assert "sk-test-secret" not in res.text and "LD_PRELOAD" not in res.text and "PYTHONPATH" not in res.text
     path = next(line for line in res.text.splitlines() if line.startswith("PATH="))
+    if runtime == "image":  # the image's own PATH, its directories read-only from the image
+        res = sandbox.run(["/bin/sh", "-c", 'for d in $(echo "$PATH" | tr : " "); do test -d "$d" && stat -L -c "%u %A" "$d"; done'])
+        assert res.text.strip() and all(line.split()[0] == "0" and line.split()[1][5] != "w" and line.split()[1][8] != "w"
+                                        for line in res.text.splitlines()), res.text
+        return
     for d in path[5:].split(":"):
         st = os.stat(d)
         assert st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def test_the_students_python_is_the_student_runtime(sandbox):
+def test_the_students_python_is_the_student_runtime(sandbox, runtime):
     """Regression: bubblewrap made the runtime's missing parents (/opt, /opt/proctor) 0700, so the
     student's `python3` silently fell back to the system interpreter without the runtime's packages."""
     from proctor.sandbox.runtime import DEFAULT_RUNTIME
+
+    if runtime == "image":  # the image's own interpreter, nothing of the host's runtime or paths
+        res = sandbox.run("command -v python3; python3 -c 'import sys; print(sys.prefix); print(\":\".join(sys.path))'; "
+                          "python3 -c 'import numpy' 2>&1 | tail -1; env | grep -c '^PYTHON'")
+        lines = res.text.splitlines()
+        assert lines[0] == "/usr/bin/python3" and lines[1] == "/usr", res.text
+        assert "/opt/proctor" not in lines[2] and "/work" not in lines[2] and "site-packages" not in lines[2].replace("dist-packages", "")
+        assert "No module named 'numpy'" in lines[3] and lines[4] == "0"
+        return
 
     res = sandbox.run("command -v python3; python3 -c 'import sys, numpy; print(sys.prefix)'")
     assert res.exit_code == 0, res.text
@@ -261,5 +289,5 @@ def test_a_requested_device_node_is_passed_through_and_others_are_absent(make_sa
 
 
 def test_a_missing_device_gives_a_clear_error(make_sandbox, runtime):
-    with pytest.raises(ConfigError, match="/dev/nvidia-none.*does not exist" if runtime == "bwrap" else "cannot pass host devices"):
+    with pytest.raises(ConfigError, match="/dev/nvidia-none.*does not exist" if runtime != "gvisor" else "cannot pass host devices"):
         make_sandbox(SandboxSpec(devices=(Device(path="/dev/nvidia-none"),)))

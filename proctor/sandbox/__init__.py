@@ -18,6 +18,7 @@ from .models import (
     Device,
     Endpoint,
     ExecResult,
+    ImageRoot,
     KillReport,
     Mount,
     NetworkPolicy,
@@ -31,7 +32,7 @@ from .reclaim import reclaim_stale
 __all__ = [
     "RUNTIMES", "BwrapBackend", "ProcessInfo", "RuntimeName", "SandboxBackend", "SandboxUsage", "StudentSandbox",
     "at_least", "get_backend",
-    "DEFAULT_REQUIRED", "ConfinementReport", "Device", "Endpoint", "ExecResult", "KillReport", "Mount",
+    "DEFAULT_REQUIRED", "ConfinementReport", "Device", "Endpoint", "ExecResult", "ImageRoot", "KillReport", "Mount",
     "NetworkPolicy", "Protection", "ResourceUsage", "Sandbox", "SandboxLimits", "SandboxSpec", "StudentProcess",
     "machine_confinement", "probe", "reclaim_stale",
 ]

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ..errors import SandboxError
+from ..errors import ConfigError, SandboxError
 from ..pump import pump, read_until_eof
 from . import keyrings, memory_guard, procfs, reclaim, syscall_filter, tmpfs
 from .capture import HeadTail
@@ -53,6 +53,26 @@ _ENTER = (
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 # After the command exits, background processes may still hold its pipes: drain this long, no more.
 _DRAIN_GRACE_S = 0.05
+
+
+# Where a task image's sandbox sees the syscall filter's loader (bubblewrap's root tmpfs, not the image).
+IMAGE_LOADER = "/.proctor-exec/seccomp-exec"
+
+
+def _check_image_tools(name: str, own: OwnView) -> None:
+    """What every sandbox runs inside its namespace before the student's command: a shell and
+    sleep (the anchor) and setpriv (the drop to the student's uid), from the image itself."""
+    assert own.system_root is not None
+    for tool in (binaries()["setpriv"], "/bin/sh", "/bin/sleep"):
+        inside = own.system_root / tool.lstrip("/")
+        parts = Path(tool).parts
+        # a merged-/usr image links /bin to usr/bin: look through its top-level link
+        top = own.system_root / parts[1]
+        if top.is_symlink():
+            inside = own.system_root / os.readlink(top).lstrip("/") / Path(*parts[2:])
+        if not os.path.lexists(inside):
+            raise ConfigError(f"task image {name!r} has no {tool}, which every sandbox needs (the sandbox runs setpriv "
+                              "from util-linux, /bin/sh and sleep inside the image); install them in its Dockerfile")
 
 
 def _setpriv(uid: int, gid: int) -> list[str]:
@@ -120,7 +140,10 @@ class Sandbox:
         self._closed = False
         root = state_dir("sandboxes") / self.id
         self._places = Places(root, root / "view", root / "workdir", root / "tmp", root / "shm")
-        self.python_runtime = spec.runtime or default_runtime()
+        # A task image brings its own Python (the image's /usr/bin/python3): the host's student
+        # runtime is not mounted into it unless the spec names one.
+        self.python_runtime = spec.runtime if spec.image is not None else spec.runtime or default_runtime()
+        self._default_cwd = (spec.image.workdir if spec.image is not None and spec.image.workdir not in (None, "/") else None) or spec.workdir
 
     # -- creation --------------------------------------------------------------------------------
     @classmethod
@@ -157,11 +180,12 @@ class Sandbox:
         self._places.root.mkdir(mode=0o700, exist_ok=True)
         limits = self.spec.limits
         own = OwnView(self._places.view)
-        own.build(ETC_ALLOWLIST, identity_files(uid, gid, self.spec.hostname, self.spec.workdir), limits)
+        own.build(ETC_ALLOWLIST, identity_files(uid, gid, self.spec.hostname, self.spec.workdir), limits,
+                  root_image=self.spec.image.root if self.spec.image is not None else None)
         tmpfs.mount_places(self._places.workdir, self._places.tmp, self._places.shm, limits, uid)
         self._cg.create(limits)
         self._memory_guard = memory_guard.watch(self._cg, limits.memory_bytes, uid)
-        self._env = student_env(self.python_runtime, self.spec.env, self.spec.workdir)
+        self._env = student_env(self.python_runtime, self.spec.env, self.spec.workdir, image_env=self.spec.image.env if self.spec.image else None)
         # Built (and validated: data dir, mounts, devices) once, so a bad spec fails at creation.
         self._bwrap_args = bwrap_args(self.spec, own, self._places, self.python_runtime)
         if self.spec.network.allow:
@@ -169,6 +193,13 @@ class Sandbox:
         if syscall_filter.supported():
             self._loader = helper("seccomp-exec")
             self._syscalls = SyscallRecorder()
+            if self.spec.image is not None:
+                # The loader (a static binary) is exec'd inside the mount namespace, where /usr is
+                # the image's: it is shown at a path of the sandbox's own root instead.
+                self._bwrap_args += ["--ro-bind", self._loader, IMAGE_LOADER]
+                self._loader = IMAGE_LOADER
+        if self.spec.image is not None:
+            _check_image_tools(self.spec.image.name, own)
 
     @property
     def uid(self) -> int:
@@ -231,7 +262,7 @@ class Sandbox:
         return proc
 
     def _student_argv(self, argv: Sequence[str], cwd: str | None) -> list[str]:
-        cwd = cwd or self.spec.workdir
+        cwd = cwd or self._default_cwd
         assert self._anchor_pid is not None
         # The syscall filter (syscall_filter.py) is installed while still root, before setpriv
         # drops to the student: a loader running as the student would be ptrace-able by the

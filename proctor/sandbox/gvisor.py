@@ -610,6 +610,8 @@ class GvisorBackend:
         runsc_path()
         become_subreaper()
         spec = spec or SandboxSpec()
+        if spec.image is not None:
+            raise ConfigError(f"task image {spec.image.name!r} runs under the bwrap runtime only; run it with --runtime bwrap")
         self.reclaim_stale_once()
         report = self.machine_confinement()
         broken = report.get("sandbox")

@@ -125,6 +125,32 @@ _SAFE_PYTHON_VARS = {"PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTEC
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+class ImageRoot(_Model):
+    """A built container image, exported as a read-only erofs file: the root filesystem the
+    student sees instead of the host's system directories (proctor.images builds these)."""
+
+    name: str = Field(min_length=1, description="The image's reference or the Dockerfile it was built from (for messages).")
+    id: str = Field(pattern=r"^[0-9a-f]{12,64}$", description="The image's id in the container store.")
+    root: str = Field(description="Host path of the erofs file holding the image's root filesystem.")
+    workdir: str | None = Field(None, description="The image's WORKDIR: the default directory of student commands.")
+    env: dict[str, str] = Field(default_factory=dict, description="The image's ENV, applied under the sandbox's fixed HOME, USER, SHELL and TMPDIR.")
+
+    @field_validator("workdir")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or "\0" in value or ".." in PurePosixPath(value).parts):
+            raise ValueError(f"image WORKDIR {value!r} must be an absolute path without '..'")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if not _ENV_NAME.match(name) or "\0" in value:
+                raise ValueError(f"image environment variable {name!r} is not a valid name or holds a NUL byte")
+        return env
+
+
 class SandboxSpec(_Model):
     """Everything that shapes one student's world."""
 
@@ -138,6 +164,7 @@ class SandboxSpec(_Model):
     network: NetworkPolicy = NetworkPolicy()
     env: dict[str, str] = Field(default_factory=dict, description="Extra variables for every student process (no LD_*, no code-loading PYTHON*).")
     hostname: str = "sandbox"
+    image: ImageRoot | None = Field(None, description="A container image's filesystem as the student's root (read-only) instead of the host's system directories.")
 
     @field_validator("workdir", "data_at")
     @classmethod

@@ -126,11 +126,27 @@ class OwnView:
         self._overlays: dict[str, Path] = {}
         self._copies = 0
 
-    def build(self, etc_names: tuple[str, ...], identity: dict[str, str], limits: SandboxLimits) -> None:
+    def build(self, etc_names: tuple[str, ...], identity: dict[str, str], limits: SandboxLimits,
+              root_image: str | None = None) -> None:
+        """`root_image`: a task image's erofs file (proctor.images) to mount as the system tree
+        instead of the host's: nothing of the host's system directories or /etc is then shown."""
         self.root.mkdir(mode=0o700, exist_ok=True)
         # Device nodes must work here, so no nodev; the directory above is root-only and the
         # student, without CAP_MKNOD, can make none of its own.
         tmpfs.mount_tmpfs(self.root, size=VIEW_BYTES, inodes=VIEW_INODES, uid=0, gid=0, mode=0o755, devices=True)
+        self.empty.mkdir(mode=0o555)
+        if root_image is not None:
+            self.system_root = self.root / "system"
+            self.system_root.mkdir(mode=0o755)
+            if not os.path.isfile(root_image):
+                raise SandboxError(f"the task image's root {root_image} is gone; prepare the image again (proctor.images.prepare)")
+            # Its own loop device and superblock, as for the host's system image (sysimage).
+            sysimage.mount(Path(root_image), self.system_root)
+            etc = self.system_root / "etc"
+            self.etc = self.overlay(str(etc) if etc.is_dir() and not etc.is_symlink() else str(self.empty), identity)
+            self._write_proc(limits)
+            self._make_devices()
+            return
         content = sysimage.system_content()
         image, _ = sysimage.current(content)  # without one, the confinement grant says so
         if image is not None and etc_names == content.etc_names:
@@ -142,7 +158,6 @@ class OwnView:
             self.etc = self.overlay(str(etc_template(etc_names)), identity)
         self._write_proc(limits)
         self._make_devices()
-        self.empty.mkdir(mode=0o555)
 
     def _write_proc(self, limits: SandboxLimits) -> None:
         for name, content in procmask.contents(limits).items():
@@ -164,6 +179,17 @@ class OwnView:
 
     def devices(self) -> list[str]:
         return sorted(p.name for p in self.dev.iterdir())
+
+    def image_entries(self) -> list[tuple[str, str | None]]:
+        """The top-level entries of a task image's root: (name, link target or None for a directory)."""
+        assert self.system_root is not None
+        out: list[tuple[str, str | None]] = []
+        for entry in sorted(os.scandir(self.system_root), key=lambda e: e.name):
+            if entry.is_symlink():
+                out.append((entry.name, os.readlink(entry.path)))
+            elif entry.is_dir():
+                out.append((entry.name, None))
+        return out
 
     def system(self, path: str) -> str:
         """This sandbox's own copy of host directory `path` from the system image, or an overlay

@@ -2,7 +2,7 @@
 
 Nothing of the host is visible unless named here: system directories read-only, a curated /etc
 with generated passwd/group/hosts, the student runtime read-only, task data read-only at /data (or the task's own path),
-the capped writable places, a fresh /proc for the new PID namespace and a minimal /dev. /root,
+the capped writable places (or, for a task image, the image's own tree in place of the first three), a fresh /proc for the new PID namespace and a minimal /dev. /root,
 /home, /opt, /srv, /var, /run, /sys, /tmp of the host and the harness's own environment are
 simply never mounted.
 
@@ -58,6 +58,26 @@ def _system_dir_args(path: str, own: OwnView) -> list[str]:
     return ["--ro-bind", own.system(path), path]
 
 
+# Top-level places of an image that the sandbox builds itself (or never shows: /sys).
+_IMAGE_SKIPPED = ("etc", "proc", "dev", "sys", "tmp", "workdir")
+
+
+def _image_root_args(spec: SandboxSpec, own: OwnView) -> list[str]:
+    """A task image as the system tree: each of its top-level directories read-only from this
+    sandbox's own mount of the image, its top-level links (merged /usr) as links. Nothing of
+    the host's system directories, /etc or Python runtime is shown."""
+    assert own.system_root is not None
+    args: list[str] = []
+    for name, link in own.image_entries():
+        if name in _IMAGE_SKIPPED or (spec.data_dir and name == "data"):
+            continue
+        if link is not None:
+            args += ["--symlink", link, f"/{name}"]
+        else:
+            args += ["--ro-bind", str(own.system_root / name), f"/{name}"]
+    return args
+
+
 def _existing_dir(path: str, what: str) -> str:
     if not os.path.isdir(path):
         raise ConfigError(f"{what} {path!r} does not exist or is not a directory")
@@ -94,8 +114,11 @@ def bwrap_args(spec: SandboxSpec, own: OwnView, places: Places, runtime: str | N
         "--new-session",  # no controlling terminal to push keystrokes into (TIOCSTI)
         "--cap-drop", "ALL",
     ]
-    for d in SYSTEM_DIRS:
-        args += _system_dir_args(d, own)
+    if spec.image is not None:
+        args += _image_root_args(spec, own)
+    else:
+        for d in SYSTEM_DIRS:
+            args += _system_dir_args(d, own)
     args += [
         "--ro-bind", str(own.etc), "/etc",
         "--proc", "/proc", *_proc_mask_args(own),

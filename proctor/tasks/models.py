@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..agents.script import Script, ScriptTurn  # noqa: F401 - ScriptTurn: task files import it from here
 from ..custody import WHOLE_WORKDIR
+from ..images.models import TaskImage
 from ..judges.base import Judge
 from ..sandbox.models import DEFAULT_DATA_AT, DEFAULT_WORKDIR, SandboxLimits, check_place, places_overlap
 from ..tools.registry import DEFAULT_TOOL_NAMES, TOOLS
@@ -127,6 +128,7 @@ class Task(BaseModel):
     data_at: str = Field(DEFAULT_DATA_AT, description="Where `data` is shown read-only inside the sandbox, e.g. '/srv/input'.")
     hidden: Path | None = Field(None, description="Host directory of hidden data (answer keys, hidden tests): only judges see it.")
     packages: tuple[str, ...] = Field((), description="Python distributions the student runtime must provide (checked before the rollout).")
+    image: TaskImage | None = Field(None, description="A container image (Dockerfile + context, or a reference) whose filesystem is the student's root; None: the host's system (docs/tasks.md, \"Images\").")
     requires: tuple[str, ...] | None = Field(None, description="Confinement protections required; None: Proctor's default set.")
     requires_runtime: Literal["bwrap", "gvisor"] | None = Field(
         None, description="The weakest sandbox runtime this task may run under (gvisor is stronger than bwrap); a rollout on a weaker one is refused unless allow_degraded.")
