@@ -16,6 +16,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "proctor"
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "untrusted", "pump", "framing"),  # plain values, one-line errors, the child-process pump, framings: no Proctor imports but errors
     ("sandbox",),
+    # Task images build on the sandbox's ImageRoot; tasks declare them and the episode prepares them.
+    ("images",),
     ("tools",),
     ("custody",),
     # Detectors are pure functions of evidence (process tables, the student's files, judge input),
