@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -105,6 +106,9 @@ class CustodyItem(_Model):
     misbehaviour: Misbehaviour | None = Field(None, description="The kind of misbehaviour a refusal is evidence of; None when refused for a reason that is not clearly an attack (e.g. permission denied).")
     files: int = Field(0, description="Regular files copied.")
     bytes: int = Field(0, description="Bytes copied.")
+    links_left_out: int = Field(0, description=(
+        "Whole workdir only: symlinks left out of the copy because they point at the system or stay inside the workdir "
+        "(a virtual environment's bin/python, node_modules/.bin); any other link refuses the lot."))
 
 
 class CustodyReport(_Model):
@@ -201,6 +205,11 @@ class _Frame:
         os.close(self.dst)
 
 
+# Where a whole workdir's absolute symlinks may point and be left out rather than refused: the
+# read-only system tree and the student runtime, which every sandbox shows anyway.
+_SYSTEM_LINK_TARGETS = (b"/usr/", b"/bin/", b"/lib/", b"/lib64/", b"/opt/proctor/student-runtime/")
+
+
 @dataclass
 class _Copier:
     """The safe copy shared by take_custody (strict: first bad entry refuses the item) and
@@ -214,7 +223,29 @@ class _Copier:
     files: int = 0
     dirs: int = 0
     skipped: list[SkippedEntry] = field(default_factory=list)
+    inner_links: bool = False  # the whole workdir: leave benign links out instead of refusing
+    links_left_out: int = 0
     _entries_capped: bool = False
+
+    def leaves_out(self, parent: int, name: bytes, st: os.stat_result, rel: bytes) -> bool:
+        """A whole workdir's symlink that is harmless to leave out of the copy: one to the system's
+        read-only tree or the student runtime (a venv's bin/python), or a relative one that stays
+        inside the workdir (node_modules/.bin). Honest tools make these; refusing them zeroed honest
+        solves. Leaving one out can only take from what the student handed in, never add to it."""
+        if not (self.inner_links and stat.S_ISLNK(st.st_mode)):
+            return False
+        try:
+            target = os.readlink(name, dir_fd=parent)
+        except OSError:
+            return False
+        if target.startswith(b"/"):
+            benign = any(target.startswith(p) for p in _SYSTEM_LINK_TARGETS) and b"/../" not in target + b"/"
+        else:
+            inside = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
+            benign = not (inside == b".." or inside.startswith(b"../") or inside.startswith(b"/"))
+        if benign:
+            self.links_left_out += 1
+        return benign
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -378,6 +409,8 @@ class _Copier:
                 child_rel = frame.rel + b"/" + child
                 try:
                     st = self.lstat(frame.src, child, child_rel)
+                    if self.leaves_out(frame.src, child, st, child_rel):
+                        continue
                     self.vet(st, child_rel)
                     if stat.S_ISDIR(st.st_mode):
                         frames.append(self._open_dir_pair(frame.src, child, st, child_rel, frame.depth + 1, frame.dst))
@@ -551,10 +584,12 @@ def _take_whole(root: str | Path, dest: str | Path, student_uid: int | None, lim
     try:
         dest_fd = _make_dest(dest, root)
         try:
-            copier = _Copier(limits=limits, owner_uid=_owner(student_uid, root_st), lenient=False)
+            copier = _Copier(limits=limits, owner_uid=_owner(student_uid, root_st), lenient=False, inner_links=True)
             try:
                 for name in copier.list(root_fd, b".", 0):
                     st = copier.lstat(root_fd, name, name)
+                    if copier.leaves_out(root_fd, name, st, name):
+                        continue
                     copier.vet(st, name)
                     copier.copy_entry(root_fd, name, st, name, 1, dest_fd)
             except _Refusal as refusal:
@@ -562,7 +597,8 @@ def _take_whole(root: str | Path, dest: str | Path, student_uid: int | None, lim
                     _remove_entry(dest_fd, os.fsencode(name))
                 item = CustodyItem(path=WHOLE_WORKDIR, status="refused", reason=refusal.reason, misbehaviour=refusal.kind)
             else:
-                item = CustodyItem(path=WHOLE_WORKDIR, status="copied", files=copier.files, bytes=copier.bytes)
+                item = CustodyItem(path=WHOLE_WORKDIR, status="copied", files=copier.files, bytes=copier.bytes,
+                                   links_left_out=copier.links_left_out)
         finally:
             os.close(dest_fd)
     finally:

@@ -7,6 +7,7 @@ test.sh does, exit status = reward) earn 1, so the hardened judge is shown to ma
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -190,3 +191,34 @@ def test_import_refuses_a_non_empty_out_and_a_non_task(tmp_path):
     assert "not an empty directory" in cli("import", "harbor", HARBOR, "--out", tmp_path / "taken").stderr
     got = cli("import", "harbor", FIXTURES, "--out", tmp_path / "new")
     assert got.exit_code == 2 and "not a Harbor task" in got.stderr
+
+
+# Found by a fresh attacker: the harness read a task's files through links out of it (as root,
+# so /etc/shadow became the instructions), and a malformed file was a traceback.
+@pytest.mark.parametrize("make, words", [
+    (lambda d: ((d / "instruction.md").unlink(), (d / "instruction.md").symlink_to("/etc/shadow")), ["instruction.md", "symlink out of the task directory"]),
+    (lambda d: (shutil.rmtree(d / "tests"), (d / "tests").symlink_to(HARBOR / "tests")), ["tests", "symlink out of the task directory"]),
+    (lambda d: os.mkfifo(d / "solution" / "pipe"), ["pipe", "not a regular file"]),
+    (lambda d: (d / "instruction.md").write_bytes(b"count words \xff\xfe"), ["instruction.md", "not UTF-8"]),
+    (lambda d: (d / "instruction.md").write_text("x" * (2 << 20)), ["instruction.md", "at most"]),
+    (lambda d: (d / "task.toml").write_text((d / "task.toml").read_text().replace("timeout_sec = 60.0", "timeout_sec = 1e308", 1)), ["timeout_sec", "a week"]),
+])
+def test_a_malformed_task_directory_is_a_clear_error(tmp_path, make, words):
+    bad = _variant(tmp_path, HARBOR, {})
+    make(bad)
+    with pytest.raises(ConfigError) as info:
+        import_task(bad)
+    assert all(w in str(info.value) for w in words), str(info.value)
+    got = cli("run", bad, "--agent", "oracle", "--out", tmp_path / "out")
+    assert got.exit_code == 2 and "Traceback" not in got.output and "root:" not in got.output
+
+
+def test_an_old_layout_instruction_that_is_not_text_is_a_clear_error(tmp_path):
+    bad = _variant(tmp_path, OLD, {})
+    import yaml
+
+    config = yaml.safe_load((bad / "task.yaml").read_text())
+    config["instruction"] = ["a", "b"]
+    (bad / "task.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match="instruction: must be text"):
+        import_task(bad)

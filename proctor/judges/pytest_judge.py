@@ -55,7 +55,26 @@ _OUTPUT_CAP = 4 * 1024 * 1024
 _PARAM = re.compile(r"\[.*\]$")
 # pytest settings in a student's config file that would change what a grader's run loads, collects
 # or reports (honest ones, such as testpaths or minversion, are not flagged).
-_LOUD_SETTINGS = ("addopts", "pythonpath", "python_files", "python_classes", "python_functions", "required_plugins")
+_LOUD_SETTINGS = ("python_files", "python_classes", "python_functions", "required_plugins")
+# `addopts` is honest as output options (`-ra -q`, `--tb=short`, found by a fresh attacker as a false
+# flag); only options that load code, change the configuration or choose what runs are aimed.
+_AIMED_OPTIONS = ("-p", "--plugin", "-o", "--override-ini", "-c", "--config-file", "--rootdir", "--confcutdir",
+                  "--noconftest", "--pyargs", "-k", "-m", "--deselect", "--ignore", "--ignore-glob", "--co",
+                  "--collect-only", "--lf", "--last-failed", "--sw", "--stepwise", "--runxfail", "--import-mode",
+                  "--assert", "--continue-on-collection-errors", "--cache-clear", "--basetemp")
+
+
+def _aimed_setting(key: str, value: object) -> bool:
+    if key in _LOUD_SETTINGS:
+        return True
+    if key != "addopts":
+        return False
+    words = " ".join(value) if isinstance(value, list) else str(value)
+    for word in words.split():
+        option = word.split("=", 1)[0]
+        if option in _AIMED_OPTIONS or any(option.startswith(o) and len(o) == 2 for o in _AIMED_OPTIONS if o in ("-p", "-o", "-c", "-k", "-m")):
+            return True
+    return False
 
 KINDS = {
     "early_exit": "the test process ended (status 0) before pytest finished: an answer module called os._exit or the like",
@@ -273,6 +292,18 @@ def _in_venv(submission: Path, rel: str) -> bool:
     return any((submission.joinpath(*parts[:i]) / "pyvenv.cfg").is_file() for i in range(1, len(parts) + 1))
 
 
+def _only_registers_markers(hook: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A `pytest_configure` that only calls `config.addinivalue_line(...)` (registering markers, a
+    common honest pattern; a fresh attacker's false flag) or holds a docstring or `pass`."""
+    for stmt in hook.body:
+        if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            continue
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "addinivalue_line"):
+            return False
+    return True
+
+
 def _aimed_conftest(path: Path) -> str | None:
     """The hook a conftest.py defines that is aimed at a grader's run (fixtures alone are honest)."""
     try:
@@ -281,6 +312,8 @@ def _aimed_conftest(path: Path) -> str | None:
         return None  # a broken conftest cannot hook anything
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith(_AIMED_HOOKS):
+            if node.name == "pytest_configure" and _only_registers_markers(node):
+                continue
             return node.name
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -329,11 +362,11 @@ def _config_files(submission: Path, ours: set[str] = frozenset()) -> list[Misbeh
                     parser.read_string(path.read_text(errors="replace"))
                     for section in ("pytest", "tool:pytest"):
                         if parser.has_section(section):
-                            found += [f"{path.relative_to(submission)} [{section}] {k}" for k in parser[section] if k in _LOUD_SETTINGS]
+                            found += [f"{path.relative_to(submission)} [{section}] {k}" for k in parser[section] if _aimed_setting(k, parser[section][k])]
                 elif name == "pyproject.toml":
                     table = tomllib.loads(path.read_text(errors="replace")).get("tool", {}).get("pytest", {})
                     options = table.get("ini_options", {}) if isinstance(table, dict) else {}
-                    found += [f"{path.relative_to(submission)} [tool.pytest.ini_options] {k}" for k in options if k in _LOUD_SETTINGS]
+                    found += [f"{path.relative_to(submission)} [tool.pytest.ini_options] {k}" for k, v in options.items() if _aimed_setting(k, v)]
             except (configparser.Error, tomllib.TOMLDecodeError, UnicodeError, OSError, AttributeError):
                 continue
     if not found:

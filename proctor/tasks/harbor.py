@@ -24,8 +24,11 @@ silently dropped:
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import shlex
+import stat
 import subprocess
 import tomllib
 from dataclasses import dataclass, field
@@ -74,7 +77,36 @@ def import_task(path: str | Path) -> ImportedTask:
     kind = layout(root)
     if kind is None:
         raise ConfigError(f"{root}: not a Harbor task (task.toml + instruction.md) or an old Terminal-Bench task (task.yaml + run-tests.sh or tests/)")
+    _check_tree(root)
     return _harbor(root) if kind == "harbor" else _terminal_bench(root)
+
+
+def _check_tree(root: Path) -> None:
+    """Refuse a task directory holding a link out of it (the harness reads its files as root, and
+    the judge copies its tests) or a special file (a FIFO would hang a read)."""
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                target = path.resolve()
+                if not target.is_relative_to(root):
+                    raise ConfigError(f"{path}: a symlink out of the task directory (to {target}); copy the file into the task instead")
+            elif not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                raise ConfigError(f"{path}: not a regular file or directory (a FIFO, socket or device); a task holds files only")
+
+
+_MAX_TEXT = 1 << 20  # instructions, configs and scripts are read whole: a larger one is a mistake
+
+
+def _text(path: Path) -> str:
+    """A task's text file, UTF-8 and at most 1 MiB, or a ConfigError naming it."""
+    if path.stat().st_size > _MAX_TEXT:
+        raise ConfigError(f"{path}: {path.stat().st_size} bytes; a task's text files are at most {_MAX_TEXT} bytes")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def load_task(path: str | Path) -> Task:
@@ -85,7 +117,7 @@ def load_task(path: str | Path) -> Task:
 def _harbor(root: Path) -> ImportedTask:
     where = root / "task.toml"
     try:
-        config = tomllib.loads(where.read_text())
+        config = tomllib.loads(_text(where))
     except (tomllib.TOMLDecodeError, UnicodeError) as exc:
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
     notes: list[str] = []
@@ -107,15 +139,25 @@ def _harbor(root: Path) -> ImportedTask:
     image = _dockerfile(root / "environment" / "Dockerfile", root / "environment", notes)
     limits = _limits(cpus=env.get("cpus"), memory=_mib(env, "memory", where), storage=_mib(env, "storage", where),
                      agent_s=_table(config, "agent", where).get("timeout_sec"), where=where)
-    verifier_s = float(_table(config, "verifier", where).get("timeout_sec", 600.0))
+    verifier_s = _seconds(_table(config, "verifier", where).get("timeout_sec", 600.0), where, "[verifier] timeout_sec")
     metadata = _table(config, "metadata", where)
-    instruction = (root / "instruction.md").read_text()
+    instruction = _text(root / "instruction.md")
     solve = root / "solution" / "solve.sh"
     oracle = _oracle(solve, root / "solution", image.workdir, limits) if solve.is_file() else None
     if oracle is None:
         notes.append("solution/solve.sh: absent, so the task has no oracle")
     return ImportedTask(task=_task(root, instruction, metadata, image, limits, verifier_s, oracle, notes, "tests/test.sh"),
                         layout="harbor", notes=notes)
+
+
+def _seconds(value: Any, where: Path, field: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0 < seconds <= 7 * 86400):
+        raise ConfigError(f"{where}: {field} {value!r}: not a number of seconds between 0 and a week")
+    return seconds
 
 
 def _table(config: dict[str, Any], name: str, where: Path) -> dict[str, Any]:
@@ -161,6 +203,8 @@ def _limits(*, cpus: Any, memory: float | None, storage: float | None, agent_s: 
         if storage is not None:
             sandbox["workdir_bytes"] = int(storage * MiB)
         agent = float(agent_s) if agent_s is not None else 1800.0
+        if not math.isfinite(agent) or agent > 7 * 86400:
+            raise ValueError(f"timeout_sec {agent_s!r} is not a number of seconds up to a week")
         return Limits(sandbox=SandboxLimits(**sandbox), step_time_s=agent, rollout_time_s=agent,
                       max_command_timeout_s=agent, command_timeout_s=min(120.0, agent))
     except (TypeError, ValueError) as exc:
@@ -366,7 +410,7 @@ def _terminal_bench(root: Path) -> ImportedTask:
 
     where = root / "task.yaml"
     try:
-        config = yaml.safe_load(where.read_text()) or {}
+        config = yaml.safe_load(_text(where)) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(config, dict):
@@ -377,6 +421,8 @@ def _terminal_bench(root: Path) -> ImportedTask:
         instruction = config["descriptions"][0].get("description")
     if not instruction:
         raise ConfigError(f"{where}: instruction: missing")
+    if not isinstance(instruction, str):
+        raise ConfigError(f"{where}: instruction: must be text, got {type(instruction).__name__}")
     if config.get("parser_name") not in (None, "pytest"):
         raise ConfigError(f"{where}: parser_name {config['parser_name']!r}: only pytest-graded tasks are imported")
     for compose in ("docker-compose.yaml", "docker-compose.yml"):
@@ -393,13 +439,13 @@ def _terminal_bench(root: Path) -> ImportedTask:
     oracle = _oracle_file(solve, image.workdir, limits) if solve.is_file() else None
     if oracle is None:
         notes.append("solution.sh: absent, so the task has no oracle")
-    task = _task(root, instruction, metadata, image, limits, float(config.get("max_test_timeout_sec", 600.0)), oracle, notes, "run-tests.sh")
+    task = _task(root, instruction, metadata, image, limits, _seconds(config.get("max_test_timeout_sec", 600.0), where, "max_test_timeout_sec"), oracle, notes, "run-tests.sh")
     return ImportedTask(task=task, layout="terminal-bench", notes=notes)
 
 
 def _oracle_file(solve: Path, workdir: str, limits: Limits) -> Script:
     return Script(name=f"{solve.parent.name}-solution", turns=[
-        {"tool": "write_file", "arguments": {"path": "/tmp/solution.sh", "content": solve.read_text()}},
+        {"tool": "write_file", "arguments": {"path": "/tmp/solution.sh", "content": _text(solve)}},
         {"tool": "bash", "arguments": {"command": f"cd {shlex.quote(workdir)} && bash /tmp/solution.sh", "timeout": limits.max_command_timeout_s}},
         {"tool": "submit", "arguments": {}},
     ])
