@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 
 def pids() -> list[int]:
@@ -101,8 +102,26 @@ def _read_cmdline(path: str, limit: int) -> bytes:
         return b""
 
 
+_EXEC_RETRIES = 5  # an empty read of a live process is the instant inside execve; it lasts microseconds
+
+
 def cmdline_of(pid: int, limit: int = 200) -> str:
-    """A process's command line for people to read: NULs as spaces, clipped, never trusted."""
+    """A process's command line for people to read: NULs as spaces, clipped, never trusted.
+    Empty only for a process that is gone; a zombie (or one whose arguments cannot be read) shows
+    its name in brackets, as ps does."""
+    for attempt in range(_EXEC_RETRIES):
+        raw = _group_cmdline(pid, limit)
+        if raw or is_zombie(pid):
+            break
+        time.sleep(0.001 * (attempt + 1))  # caught mid-exec: the new image's arguments are a moment away
+    if not raw:
+        name = _comm(pid)
+        return f"[{name}]" if name else ""
+    text = raw[:limit].replace(b"\0", b" ").strip().decode("utf-8", errors="replace")
+    return text + ("..." if len(raw) > limit else "")
+
+
+def _group_cmdline(pid: int, limit: int) -> bytes:
     raw = _read_cmdline(f"/proc/{pid}/cmdline", limit)
     if not raw:  # a zombie leader has none; a thread still running has the group's
         try:
@@ -113,8 +132,15 @@ def cmdline_of(pid: int, limit: int = 200) -> str:
             raw = _read_cmdline(f"/proc/{pid}/task/{tid}/cmdline", limit)
             if raw:
                 break
-    text = raw[:limit].replace(b"\0", b" ").strip().decode("utf-8", errors="replace")
-    return text + ("..." if len(raw) > limit else "")
+    return raw
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read(64).strip().decode("utf-8", errors="replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return ""
 
 
 def rss_of(pid: int) -> int:
