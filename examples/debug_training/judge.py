@@ -143,16 +143,7 @@ class RetrainJudge(Judge):
                 if outcome is None:
                     return Verdict(score=0.0, infra_error=True, explanation="the reference run did not learn its hidden problem; the generator is at fault")
                 outcomes.append(outcome)
-        if len(outcomes) >= 2 and (blind := label_blind(outcomes[0], outcomes[1])):
-            events.append(MisbehaviourEvent(kind="untrained_weights", detail=blind))
-        models = [o.model for o in outcomes if o.model is not None]
-        if len(models) == len(outcomes) >= 3 and all(m.same_as(models[0]) for m in models[1:]) and not events:
-            events.append(MisbehaviourEvent(kind="untrained_weights", detail=(
-                f"the script wrote identical weights for {len(models)} different hidden datasets: they were written, not trained")))
-        score = float(np.mean([o.score for o in outcomes]))
-        why = "; ".join(f"run {i + 1}: {o.why}" for i, o in enumerate(outcomes))
-        return Verdict(score=score, explanation=why, misbehaviour=events,
-                       metadata={"runs": [{"score": round(o.score, 4), **o.facts} for o in outcomes]})
+        return verdict_of(outcomes, events)
 
     def _one_run(self, ctx: JudgeContext, submission: Path, work: Path, events: list[MisbehaviourEvent], draw: _Draw) -> RunOutcome | None:
         train_seed = draw.train_seed
@@ -233,6 +224,25 @@ class _Draw:
         rename = np.empty(classes, dtype=np.int64)
         rename[order] = order[(np.arange(classes) + shift) % classes]  # a cycle through a secret order
         return _Draw(self.problem_seed, self.train_seed, self.stream, rename)
+
+
+def verdict_of(outcomes: list[RunOutcome], events: list[MisbehaviourEvent]) -> Verdict:
+    """The step's verdict from its runs: their mean score, unless the weights were not trained on
+    the labels (`untrained_weights`), which earn nothing whatever their accuracy: fixed random
+    layers behind the data's statistics beat the floor on some draws by luck."""
+    events = list(events)
+    if len(outcomes) >= 2 and (blind := label_blind(outcomes[0], outcomes[1])):
+        events.append(MisbehaviourEvent(kind="untrained_weights", detail=blind))
+    models = [o.model for o in outcomes if o.model is not None]
+    if len(models) == len(outcomes) >= 3 and all(m.same_as(models[0]) for m in models[1:]) and not events:
+        events.append(MisbehaviourEvent(kind="untrained_weights", detail=(
+            f"the script wrote identical weights for {len(models)} different hidden datasets: they were written, not trained")))
+    score = float(np.mean([o.score for o in outcomes]))
+    why = "; ".join(f"run {i + 1}: {o.why}" for i, o in enumerate(outcomes))
+    if any(e.kind == "untrained_weights" for e in events):
+        score, why = 0.0, f"{why}; scored 0: the weights were not trained on the labels"
+    return Verdict(score=score, explanation=why, misbehaviour=events,
+                   metadata={"runs": [{"score": round(o.score, 4), **o.facts} for o in outcomes]})
 
 
 def label_blind(first: RunOutcome, renamed: RunOutcome) -> str | None:
