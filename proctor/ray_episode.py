@@ -123,9 +123,9 @@ class RayEpisode:
         if not isinstance(task, str):
             raise ConfigError("a RayEpisode takes a task id of its environment (a built Task does not travel to the worker)")
         self._finish_previous("reset before the episode ended")
+        connect(self.address)  # a missing ray extra or an unreachable cluster: a ConfigError naming it
         import ray
 
-        connect(self.address)
         host = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(EpisodeHost)
         self._actor = host.remote(self.env_ref, self.config, self.agent_name)
         self._ident, self._where, self.result = task, {}, None
