@@ -490,6 +490,7 @@ def serve(
     allow_degraded: bool = typer.Option(False, "--allow-degraded", help="Run even if this machine lacks a required protection (results say so)."),
     runtime: Runtime = _runtime_option(),
     framing: str | None = typer.Option(None, "--framing", help=_FRAMING_HELP + " Applies to every episode served."),
+    ray: str | None = typer.Option(None, "--ray", help="Run each session's rollout on a Ray cluster's worker: auto, local or ADDRESS; results and transcripts come back to --out (needs the ray extra)."),
 ) -> None:
     """Serve an environment over OpenEnv's WebSocket protocol (/ws, /health, /metadata, /schema) for a trainer to drive."""
     import os
@@ -505,8 +506,12 @@ def serve(
         require_token_off_loopback(host, token, token_env)
         config = ServeConfig(out_dir=Path(out), max_sessions=max_sessions, token=token, idle_timeout_s=idle_timeout,
                              rollout=RolloutConfig(misbehaviour_penalty=penalty, allow_degraded=allow_degraded, runtime=runtime.value,
-                                                   framing=_framing(framing)))
+                                                   framing=_framing(framing)), ray=ray)
         _runtime_available(runtime)
+        if ray is not None:
+            from .distributed import connect
+
+            connect(ray)  # a cluster that cannot be joined is a clear error now, not at the first reset
     except ImportError as exc:
         _fail(ConfigError(f"proctor serve needs the serve extra ({exc.name} is missing): pip install 'proctor[serve]'"))
     except ProctorError as exc:

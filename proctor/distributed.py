@@ -114,7 +114,7 @@ def run_job(job: RayJob) -> RayOutcome:
     return RayOutcome(result=result, files=files, node=node)
 
 
-def _system_failure(exc: BaseException) -> bool:
+def system_failure(exc: BaseException) -> bool:
     """A failure of the worker or node (retry it), not of the rollout's own code."""
     import ray.exceptions as rex
 
@@ -125,7 +125,7 @@ def _system_failure(exc: BaseException) -> bool:
     return isinstance(exc, kinds)
 
 
-def _write(out_dir: Path, outcome: RayOutcome) -> RolloutResult:
+def write_outcome(out_dir: Path, outcome: RayOutcome) -> RolloutResult:
     run_dir = out_dir / outcome.result.run_id
     run_dir.mkdir(mode=0o700, parents=True, exist_ok=False)
     for rel, data in outcome.files.items():
@@ -174,10 +174,10 @@ def run_on_ray(
             ready, _ = ray.wait(list(pending), num_returns=1)
             job, attempt = pending.pop(ready[0])
             try:
-                result = _write(out, ray.get(ready[0]))
+                result = write_outcome(out, ray.get(ready[0]))
             except Exception as exc:  # noqa: BLE001 - every failure becomes a result or a retry
                 why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-                if _system_failure(exc) and attempt < retries:
+                if system_failure(exc) and attempt < retries:
                     queue.append((job, attempt + 1))
                     continue
                 result = _infra_result(job, f"ray: the rollout failed on its worker after {attempt + 1} attempt(s): {why}")
@@ -193,5 +193,5 @@ def run_on_ray(
     return done
 
 
-__all__ = ["DEFAULT_RETRIES", "RayJob", "RayOutcome", "connect", "env_ref", "run_job", "run_on_ray"]
+__all__ = ["DEFAULT_RETRIES", "RayJob", "RayOutcome", "connect", "env_ref", "run_job", "run_on_ray", "system_failure", "write_outcome"]
 

@@ -223,6 +223,11 @@ class Episode:
         return self.result is not None
 
     @property
+    def started(self) -> bool:
+        """Whether a reset has begun a rollout (done or not)."""
+        return self.task is not None
+
+    @property
     def pending(self) -> list[Observation]:
         """What the student has not yet been shown (an agent's next observations)."""
         return list(self._pending)
@@ -710,8 +715,12 @@ class AsyncEpisode:
     _pool_lock = threading.Lock()
     POOL_THREADS = 64
 
-    def __init__(self, out_dir: str | Path, **kwargs: Any) -> None:
-        self.episode = Episode(out_dir, **kwargs)
+    def __init__(self, out_dir: str | Path | None = None, *, episode: Any = None, **kwargs: Any) -> None:
+        """An Episode made from `out_dir` and `kwargs`, or `episode` as given (one with Episode's
+        API, e.g. a RayEpisode, whose blocking calls then run off the event loop as well)."""
+        if (episode is None) == (out_dir is None):
+            raise TypeError("AsyncEpisode takes out_dir (and Episode's keyword arguments) or an episode, not both")
+        self.episode = episode if episode is not None else Episode(out_dir, **kwargs)
 
     @classmethod
     def _executor(cls) -> ThreadPoolExecutor:
@@ -731,7 +740,10 @@ class AsyncEpisode:
         return await self._run(self.episode.step, action)
 
     async def state(self) -> EpisodeState:
-        return self.episode.state()
+        return await self._run(self.episode.state)
+
+    async def check_call(self, tool: Any, arguments: Any) -> str | None:
+        return await self._run(self.episode.check_call, tool, arguments)
 
     async def close(self, reason: str = "closed before the rollout ended") -> RolloutResult | None:
         return await self._run(self.episode.close, reason)

@@ -51,6 +51,7 @@ class ServeConfig(BaseModel):
     token: str | None = Field(None, description="Bearer token every request must carry (required off loopback).")
     idle_timeout_s: float = Field(900.0, gt=0, description="A session silent this long is closed (its episode abandoned).")
     rollout: RolloutConfig = RolloutConfig()
+    ray: str | None = Field(None, description="Run each session's rollout on a Ray cluster (auto, local, HOST:PORT): see proctor/ray_episode.py.")
 
 
 class ResetRequest(BaseModel):
@@ -156,7 +157,7 @@ class ProctorServer:
             await ws.close(code=1013)
             return
         self.sessions += 1
-        session = _Session(AsyncEpisode(self.config.out_dir, env=self.env, config=self.config.rollout))
+        session = _Session(self._new_episode())
         reason = "the client disconnected"
         try:
             while True:
@@ -188,6 +189,13 @@ class ProctorServer:
                 await ws.close()
             except Exception:  # noqa: BLE001 - already closed
                 pass
+
+    def _new_episode(self) -> AsyncEpisode:
+        if self.config.ray is None:
+            return AsyncEpisode(self.config.out_dir, env=self.env, config=self.config.rollout)
+        from .ray_episode import RayEpisode
+
+        return AsyncEpisode(episode=RayEpisode(self.config.out_dir, env=self.env, config=self.config.rollout, address=self.config.ray))
 
     @staticmethod
     async def _send_error(ws: Any, exc: FrameError) -> None:
@@ -246,10 +254,10 @@ class ProctorServer:
             raise FrameError(f"step data is a JSON {type(data).__name__}; send an action object")
         kind = data.get("type")
         if kind == "list_tools":
-            specs = ep.episode.tool_specs if ep.episode.task is not None else self._env_tools
+            specs = ep.episode.tool_specs if ep.episode.started else self._env_tools
             return {"observation": {"tools": _tool_listing(specs)}, "reward": None, "done": ep.done}
         episode = ep.episode
-        if episode.task is None:
+        if not episode.started:
             raise FrameError("step before reset: send a reset frame with the task first", "SESSION_ERROR")
         if episode.done:
             raise FrameError(f"the episode is done (status {episode.result.status}); send reset to start another", "SESSION_ERROR")
@@ -258,7 +266,7 @@ class ProctorServer:
             if extra:
                 raise FrameError(f"call_tool: unknown field(s) {', '.join(sorted(extra))}")
             tool, arguments = data.get("tool_name"), data.get("arguments", {})
-            problem = episode.check_call(tool, arguments)
+            problem = await ep.check_call(tool, arguments)
             if problem:
                 raise FrameError(problem)
             action = Action(tool=tool, arguments=arguments)
@@ -268,7 +276,7 @@ class ProctorServer:
             except ValidationError as exc:
                 raise FrameError(describe_validation_error("action", exc)) from None
             if action.tool is not None:
-                problem = episode.check_call(action.tool, action.arguments)
+                problem = await ep.check_call(action.tool, action.arguments)
                 if problem:
                     raise FrameError(problem)
         else:

@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("agents",),
     ("tasks",),
     ("episode", "policies", "harness", "transcript", "results"),
-    ("runner", "batches", "distributed"),
+    ("runner", "batches", "distributed", "ray_episode"),
     ("redteam", "insight"),
     ("server", "viewer", "integrations", "scaffold", "demo", "testing", "progress"),
     ("cli",),
