@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .agents.base import TurnUsage
 from .detectors import step_events
+from .planted import planted_events
 from .custody import MisbehaviourEvent
 from .results import StepEnd, Usage
 from .sandbox import StudentSandbox
@@ -112,6 +113,7 @@ def forbidden_syscalls(box: StudentSandbox) -> list[MisbehaviourEvent]:
 
 
 def detected(box: StudentSandbox, task: Task, step: int, transcript: Path, env_dir: Path | None, run_dir: Path) -> list[MisbehaviourEvent]:
-    """The detectors of proctor/detectors.py (hidden_path_probe, resource_limit_hit), read at the
-    end of the step, before custody kills anything."""
-    return list(step_events(box, task, step, transcript, env_dir=env_dir, run_dir=run_dir))
+    """The detectors of proctor/detectors.py (hidden_path_probe, resource_limit_hit) and
+    proctor/planted.py (planted_code, forged_result, harness_imitation), read at the end of the
+    step, before custody kills anything."""
+    return [*step_events(box, task, step, transcript, env_dir=env_dir, run_dir=run_dir), *planted_events(box, transcript, step)]

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     # built on custody's MisbehaviourEvent. Judges call them while grading (the grading watch's
     # resource events, the rubric judge's manipulation screen), so they sit between custody and judges
     # rather than with the episode code that also calls them.
-    ("detectors",),
+    ("detectors", "planted"),
     ("judges",),
     # Agents hold everything that talks to a model provider; a rubric judge's real model
     # (agents.judge_model) therefore lives here and implements judges' JudgeModel protocol.

@@ -114,7 +114,7 @@ def test_the_llm_judged_example_zeroes_and_flags_every_judge_manipulation(confin
 HOLES = [
     ("live-workdir", "key-links-everywhere", "the judges paid 1"),
     ("key-in-data", "read-key-data-dotfiles", "earned 1.0 above the floor"),
-    ("trusts-score-file", "plant-score-files", "earned 1.0 above the floor"),
+    ("trusts-score-file", "plant-score-files", "the judges paid 1"),
     ("gullible-llm-judge", "judge-fake-verdict", "not flagged (expected judge_manipulation)"),
 ]
 

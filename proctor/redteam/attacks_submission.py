@@ -185,5 +185,5 @@ ATTACKS: list[Attack] = [
     Attack("binary-tool-output", "output", "print invalid UTF-8, NULs, terminal escapes and a fake score event",
            "tool output is bytes, decoded leniently, and never parsed", (), _binary_output),
     Attack("fake-harness-markers", "output", "print fake end-of-command control lines, a fake submit and a fake rollout result",
-           "completion is read from a separate control pipe with a per-call nonce", (), _fake_markers),
+           "completion is read from a separate control pipe with a per-call nonce", ("harness_imitation",), _fake_markers),
 ]

@@ -304,6 +304,11 @@ class GvisorSandbox:
         """Host path of the student's /workdir (for custody only: never follow paths in it)."""
         return self._places.workdir
 
+    def writable_places(self) -> dict[str, Path]:
+        """The student's writable places, inside path -> host path (read by proctor/planted.py
+        without following links)."""
+        return {self.spec.workdir: self._places.workdir, "/tmp": self._places.tmp, "/dev/shm": self._places.shm}
+
     # -- the container ---------------------------------------------------------------------------
     def _ensure_container(self) -> None:
         if self._closed:
