@@ -105,6 +105,11 @@ class RayEpisode:
         return self._where.get("run_id")
 
     @property
+    def run_dir(self) -> Path | None:
+        """Where the rollout's files are on the driver (once it has ended and come back)."""
+        return self.out_dir / self.run_id if self.run_id else None
+
+    @property
     def started(self) -> bool:
         return self._where.get("task_id") is not None or self.result is not None
 

@@ -165,3 +165,15 @@ def test_proctor_serve_with_ray_serves_episodes_to_the_openenv_client(confinemen
         _stop(proc)
     [run_dir] = list(out.iterdir())
     assert read_result(run_dir / "result.json").status == "completed" and (run_dir / "transcript.jsonl").is_file()
+
+
+def test_trls_environment_class_runs_its_rollouts_on_ray(cluster, tmp_path):
+    from proctor.integrations.trl import environment_class
+
+    trl_env = environment_class(EXAMPLE, tmp_path / "out", ray="auto")()
+    assert "Q3 2024" in trl_env.reset(prompt=[{"role": "user", "content": "Solve it."}], task="q3-revenue")
+    assert trl_env.bash(command=SOLVE).strip() == "37087" and _hosts()
+    assert trl_env.bash(command=7).startswith("[error] bash: argument 'command'")
+    assert "task is over" in trl_env.submit()
+    assert trl_env.get_reward() == 1.0
+    assert read_result(trl_env.episode.run_dir / "result.json").status == "completed"
