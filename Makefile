@@ -17,6 +17,7 @@ bench:
 	@.venv/bin/python bench/rollout.py
 	@.venv/bin/python bench/pool.py
 	@.venv/bin/python bench/ray_batch.py
+	@.venv/bin/python bench/ray_episode.py
 	@.venv/bin/python bench/gvisor.py
 	@.venv/bin/python bench/fake_backend.py
 	@.venv/bin/python bench/server.py

@@ -107,6 +107,13 @@ def test_the_ray_benchmark_runs_and_reports_its_ratio() -> None:
 
 
 @needs_sandbox_host
+def test_the_ray_episode_benchmark_runs_and_reports_its_ratios() -> None:
+    res = _quick("ray_episode.py", timeout=240)
+    for key in ("local_step_ms", "ray_step_ms", "step_ratio", "local_rollout_s", "ray_rollout_s", "rollout_ratio"):
+        _positive(res, key)
+
+
+@needs_sandbox_host
 def test_the_server_benchmark_runs_and_reports_every_figure() -> None:
     res = _quick("server.py", timeout=180)
     for key in ("direct_step_ms", "served_step_ms"):
