@@ -103,8 +103,8 @@ def test_probes_are_read_from_the_steps_tool_calls_only(tmp_path):
 
 
 def test_every_detector_kind_is_documented():
-    text = (ROOT / "docs" / "redteam.md").read_text()
-    assert all(f"`{kind}`" in text for kind in KINDS)
+    text = (ROOT / "docs" / "misbehaviour.md").read_text()
+    assert all(f"| `{kind}` |" in text for kind in KINDS)
 
 
 # -- judge_manipulation: the patterns --------------------------------------------------------------------

@@ -171,3 +171,15 @@ def test_an_honest_run_that_hits_the_pids_limit_is_observed_and_still_paid(confi
 def test_a_kind_both_ignored_and_counted_is_a_clear_config_error():
     with pytest.raises(ValueError, match="resource_limit_hit listed in both ignore_misbehaviour and count_observations"):
         RolloutConfig(ignore_misbehaviour=("resource_limit_hit",), count_observations=("resource_limit_hit",))
+
+
+def test_every_kind_an_attack_expects_is_registered():
+    """The red team's expected flags, the library's and every example family's, name registered kinds."""
+    from proctor.redteam.attacks import ATTACKS, environment_attacks
+
+    attacks = list(ATTACKS)
+    for env in sorted(p for p in (ROOT / "examples").iterdir() if (p / "__init__.py").exists()):
+        attacks += environment_attacks(load_environment(str(env)))
+    expected = {k: a.id for a in attacks for k in a.flagged}
+    assert {"clock_tampering", "resource_limit_hit"} <= set(expected)
+    assert not [k for k in expected if not vocabulary.is_registered(k)], {k: a for k, a in expected.items() if not vocabulary.is_registered(k)}
