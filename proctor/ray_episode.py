@@ -228,7 +228,8 @@ class RayEpisode:
         result = self.result
         return EpisodeState(run_id=self.run_id, task_id=self._where.get("task_id"), step=0, turns=result.usage.turns if result else 0,
                             done=self.done, status=result.status if result else None, reward=result.reward if result else None,
-                            misbehaviour=list(result.misbehaviour) if result else [], usage=result.usage if result else Usage(),
+                            misbehaviour=list(result.misbehaviour) if result else [],
+                            observations=list(result.observations) if result else [], usage=result.usage if result else Usage(),
                             result_path=str(self.out_dir / result.run_id / "result.json") if result else None)
 
     def close(self, reason: str = "closed before the rollout ended") -> RolloutResult | None:

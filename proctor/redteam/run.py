@@ -85,7 +85,7 @@ def _one(task: Task, instance, env: Environment, out: Path, name: str, family: s
     try:
         result = run_rollout(task, agent, out, instance=instance, env_dir=env.directory, config=config)
         survived = _harness_alive()
-        score, status, flagged = result.score, result.status, sorted({m.kind for m in result.misbehaviour})
+        score, status, flagged = result.score, result.status, sorted({m.kind for m in [*result.misbehaviour, *result.observations]})
         judged, reward, run_id = result.judged_score, result.reward, result.run_id
     except Exception as exc:  # noqa: BLE001 - an attack that crashes the harness is a finding
         survived, score, status, flagged = False, 0.0, f"harness crashed: {type(exc).__name__}: {exc}", []
