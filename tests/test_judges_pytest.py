@@ -134,18 +134,18 @@ def write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def grade(tmp_path: Path, files: dict[str, str], scoring: str = "all") -> Verdict:
+def grade(tmp_path: Path, files: dict[str, str], scoring: str = "all", tests: str = "tests", **judge: object) -> Verdict:
     sub = write(tmp_path / "submission", files)
-    judge = PytestJudge(tests="tests", scoring=scoring, timeout_s=60)
+    judge = PytestJudge(tests=tests, scoring=scoring, timeout_s=60, **judge)
     return evaluate(judge, JudgeContext(submission=sub, hidden=ENV / "hidden", sandbox_spec=SandboxSpec(workdir="/app")))
 
 
-def plain_pytest(tmp_path: Path, files: dict[str, str], how: str = "venv") -> int:
+def plain_pytest(tmp_path: Path, files: dict[str, str], how: str = "venv", tests: str = "tests") -> int:
     """The ordinary, unsafe way: the tests land in the student's workdir and `python -m pytest`
     runs there. Its exit status is the reward (0 -> 1). `pythonpath`: the image's ENV puts the
     workdir on PYTHONPATH; `system`: a non-venv Python with the user site on, HOME the workdir."""
     app = write(tmp_path / "plain" / "app", files)
-    shutil.copytree(TESTS, app / "tests", dirs_exist_ok=True)
+    shutil.copytree(ENV / "hidden" / tests, app / "tests", dirs_exist_ok=True)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(app)}
     python = sys.executable
     if how == "pythonpath":
@@ -153,7 +153,7 @@ def plain_pytest(tmp_path: Path, files: dict[str, str], how: str = "venv") -> in
     elif how == "system":
         python = os.path.realpath(sys.executable)  # the interpreter the venv was made from: user site on
         env["PYTHONPATH"] = PYTEST_SITE
-    proc = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_outputs.py"],
+    proc = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
                           cwd=app, env=env, capture_output=True, timeout=120)
     return proc.returncode
 
@@ -318,3 +318,68 @@ def test_addopts_are_aimed_only_when_they_load_code_or_choose_what_runs(addopts,
 
     assert _aimed_setting("addopts", addopts) is aimed
     assert _aimed_setting("pythonpath", ".") is False and _aimed_setting("required_plugins", "x") is True
+
+
+# -- issue 19 (c): the tests' text and the workdir at grading time ----------------------------------------
+# Student code the tests import runs while the tests do. It read the expected answers from the test
+# files (readable then, for the process that runs them) and wrote the workdir (writable then).
+READ_THE_TESTS = """
+import ast, glob, os
+_here = os.path.dirname(os.path.abspath(__file__))
+_answers = {}
+for _f in glob.glob("/tests/**/*.py", recursive=True) + glob.glob(_here + "/tests/**/*.py", recursive=True):
+    for _n in ast.walk(ast.parse(open(_f).read())):
+        if isinstance(_n, ast.Compare) and isinstance(_n.left, ast.Call) and isinstance(_n.left.func, ast.Name):
+            try:
+                _answers[(_n.left.func.id, tuple(ast.literal_eval(a) for a in _n.left.args))] = ast.literal_eval(_n.comparators[0])
+            except ValueError:
+                pass
+        if isinstance(_n, ast.Compare) and isinstance(_n.comparators[0], ast.Constant) and isinstance(_n.comparators[0].value, str):
+            _answers.setdefault("file", _n.comparators[0].value)
+if "file" in _answers:
+    try:
+        open(os.path.join(_here, "answer.txt"), "w").write(_answers["file"])
+    except OSError:
+        pass
+
+def add(a, b):
+    return _answers.get(("add", (a, b)))
+
+def greet(name):
+    return _answers.get(("greet", (name,)))
+
+def point(x, y):
+    return (x, y)
+"""
+
+# The submitted answer file is wrong; the module, imported at grading time, puts the right one in.
+REWRITE_THE_WORKDIR = """
+import os
+open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "answer.txt"), "w").write("12\\n")
+"""
+
+
+def test_answers_read_from_the_test_files_win_plain_pytest_but_not_here(confinement, tmp_path):
+    files = {"solution.py": READ_THE_TESTS}
+    assert plain_pytest(tmp_path / "a", files) == 0
+    assert plain_pytest(tmp_path / "b", files, tests="filetests") == 0
+    for tests in ("tests", "filetests"):
+        verdict = grade(tmp_path / tests, files, tests=tests)
+        assert verdict.score == 0.0 and not verdict.infra_error, (tests, verdict.explanation)
+
+
+def test_the_workdir_is_what_was_submitted_while_the_tests_run(confinement, tmp_path):
+    files = {"solution.py": REWRITE_THE_WORKDIR, "answer.txt": "11\n"}
+    assert plain_pytest(tmp_path / "plain", files, tests="filetests") == 0
+    verdict = grade(tmp_path / "ro", files, tests="filetests")
+    assert verdict.score == 0.0 and not verdict.infra_error, verdict.explanation
+    # The same hack wins where the task lets the tests write the workdir: the defence is the mount.
+    assert grade(tmp_path / "rw", files, tests="filetests", writable_workdir=True).score == 1.0
+
+
+def test_honest_answers_and_scratch_files_in_tmp_still_pass(confinement, tmp_path):
+    scratch = "import tempfile\nwith tempfile.NamedTemporaryFile('w', dir='/tmp') as f:\n    f.write('x')\n"
+    verdict = grade(tmp_path / "a", {"solution.py": scratch, "answer.txt": "12\n"}, tests="filetests")
+    assert verdict.score == 1.0 and not verdict.misbehaviour, verdict.explanation
+    verdict = grade(tmp_path / "b", {"solution.py": SOLUTION + scratch})
+    assert verdict.score == 1.0 and not verdict.misbehaviour, verdict.explanation

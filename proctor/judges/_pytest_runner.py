@@ -47,6 +47,7 @@ os.dup2(2, 1)
 for _name in [n for n in os.environ if n.startswith("PYTEST_") or n.startswith("PYTHON")]:
     del os.environ[_name]
 os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+_SOURCES = SETTINGS.pop("sources", {})  # the tests' text: on disk they are stubs (docs/judges.md)
 _WORKDIR = SETTINGS["workdir"]
 _TESTS = SETTINGS["tests_at"]
 sys.path[:] = ["/grader/lib"] + [p for p in sys.path if p and os.path.isabs(p) and not p.startswith("/grader")
@@ -241,6 +242,11 @@ class _TestLoader(importlib.machinery.SourceFileLoader):
         tree = _AssertEq().visit(ast.parse(data, filename=path))
         ast.fix_missing_locations(tree)
         return compile(tree, path, "exec", dont_inherit=True)
+
+    def get_data(self, path):
+        if path in _SOURCES:
+            return _SOURCES[path].encode()
+        return super().get_data(path)
 
     def exec_module(self, module):
         module.__dict__["_proctor_eq"] = _judge_eq

@@ -97,6 +97,9 @@ class PytestJudge(Judge):
     flag_planted_files: bool = Field(True, description=(
         "Report, as judge_tampering, files in the submission aimed at a grader's pytest: a conftest.py defining run, collection or "
         "report hooks, sitecustomize/usercustomize.py, a .pth in the user site ($HOME/.local: the workdir), pytest settings such as addopts."))
+    writable_workdir: bool = Field(False, description=(
+        "Let the tests (and the student code they run) write the workdir. Off: the custody copy is root-owned in the grading "
+        "sandbox, so student code run at grading time cannot rewrite itself, the files the tests read, or plant new ones."))
     baseline: str | None = Field(None, description=(
         "The directory the workdir started from (the task's workdir_files; relative to the environment, or absolute): "
         "files identical to it are the task's own and never flagged."))
@@ -171,6 +174,7 @@ class PytestJudge(Judge):
             grader, tests = Path(scratch) / "grader", Path(scratch) / "tests"
             _build_grader(grader)
             _copy_tree(root, tests, only=files if Path(self.tests).suffix == ".py" else None)
+            sources = _hide_sources(tests, self.tests_at)
             # Validated again (model_copy would not): tests_at may not overlap the task's workdir or data.
             try:
                 spec = type(base).model_validate({**base.model_dump(), "mounts": (
@@ -178,12 +182,12 @@ class PytestJudge(Judge):
             except ValueError as exc:
                 raise _AuthoringError(f"PytestJudge.tests_at {self.tests_at!r} does not fit the task's sandbox: {exc}") from None
             settings = {"nonce": nonce, "workdir": spec.workdir, "tests_at": self.tests_at,
-                        "files": [f"{self.tests_at}/{f}" for f in files]}
+                        "files": [f"{self.tests_at}/{f}" for f in files], "sources": sources}
             box = ctx.sandbox_backend().create(spec)
             events: list[MisbehaviourEvent] = []
             try:
                 if ctx.submission.is_dir():
-                    box.copy_in(ctx.submission)
+                    box.copy_in(ctx.submission, read_only=not self.writable_workdir)
                 python = f"{box.python_runtime}/bin/python" if box.python_runtime else "/usr/bin/python3"
                 budget = max(1.0, min(self.timeout_s, ctx.time_left()) - 3.0)
                 t = time.monotonic()
@@ -236,6 +240,20 @@ def _copy_tree(src: Path, dst: Path, only: list[str] | None = None) -> None:
         shutil.copytree(src, dst, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
     for path in [dst, *dst.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
+
+
+_STUB = "# PytestJudge: this file's text reaches the test process on a private channel; it is not on disk while the tests run.\n"
+
+
+def _hide_sources(tests: Path, tests_at: str) -> dict[str, str]:
+    """The text of every .py file in the copied tests tree, keyed by its path in the sandbox, each
+    file left on disk as a stub: pytest finds the paths it collects, the judge's loader serves the
+    text from memory, and student code that opens /tests/... reads no expected answer."""
+    sources: dict[str, str] = {}
+    for path in sorted(tests.rglob("*.py")):
+        sources[f"{tests_at}/{path.relative_to(tests)}"] = path.read_text(encoding="utf-8", errors="replace")
+        path.write_text(_STUB)
+    return sources
 
 
 # -- what the judge expects, before any student code runs ---------------------------------------
