@@ -170,11 +170,49 @@ class _Stranger:
 _PLAIN = (int, float, complex, str, bytes, bool, type(None))
 
 
+_BUILTIN_BASES = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
+
+
+def _probe_of(value):
+    """For an object of a subclass of a builtin type: a fresh value of that builtin type that it
+    cannot honestly equal (a random number, a random string, a container holding a stranger), so
+    an `int` subclass whose == is true for every int is caught too; None for other objects."""
+    import random
+
+    base = next((b for b in _BUILTIN_BASES if isinstance(value, b)), None)
+    if base is None or type(value) is base:
+        return None
+    if base in (int, bool):
+        return int(value) + (1 << 80) + random.getrandbits(64)
+    if base is float:
+        return float(value) + 1e6 + random.random() if value == value and abs(float(value)) < 1e300 else random.random()
+    if base is complex:
+        return complex(value) + complex(1e6 + random.random(), 1.0)
+    if base is str:
+        return str.__add__(str(str.__str__(value)), "\x00proctor-" + os.urandom(8).hex())
+    if base is bytes:
+        return bytes(value) + b"\x00proctor-" + os.urandom(8)
+    if base is dict:
+        return {_Stranger(): _Stranger()}
+    return base([_Stranger()])
+
+
 def _lies(value, op):
-    """Whether a non-plain object's == says True to a fresh stranger (op "eq"), or its != says
-    True to itself (op "ne"): what no honest comparison does."""
+    """Whether a non-plain object's == says True to a fresh stranger (op "eq") (or, for a subclass
+    of a builtin type, to a fresh value of that type it cannot equal), or its != says True to
+    itself (op "ne"): what no honest comparison does."""
     try:
-        said = value == _Stranger() if op == "eq" else value != value
+        if op == "eq":
+            probes = [_Stranger()]
+            typed = _probe_of(value)
+            if typed is not None:
+                probes.append(typed)
+            for probe in probes:
+                said = value == probe
+                if said is not NotImplemented and bool(said):
+                    return True
+            return False
+        said = value != value
         return said is not NotImplemented and bool(said)
     except Exception:  # noqa: BLE001 - raising (numpy's ambiguous truth, ...) is not claiming anything
         return False
