@@ -20,7 +20,17 @@ that ends early (os._exit) leaves them incomplete, which the judge scores 0.
 """
 
 import ast
+import builtins
+import csv
 import ctypes
+import hashlib
+import io
+import math
+import operator
+import pathlib
+import re
+import shutil
+import subprocess
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -81,6 +91,10 @@ def emit(event, **fields):
 
 
 # -- what decides an outcome, by identity ---------------------------------------------------------
+_BUILTINS = ("open", "print", "len", "isinstance", "issubclass", "type", "str", "int", "float", "bool", "bytes", "list", "dict",
+             "tuple", "set", "frozenset", "repr", "sorted", "reversed", "abs", "round", "sum", "min", "max", "all", "any", "range",
+             "zip", "map", "filter", "enumerate", "eval", "exec", "compile", "__import__", "getattr", "hasattr", "setattr", "id",
+             "hash", "iter", "next", "callable", "vars", "globals", "AssertionError", "Exception", "BaseException")
 _WATCHED = [
     (_pytest.runner, ("call_and_report", "runtestprotocol", "call_runtest_hook", "pytest_runtest_makereport",
                       "pytest_runtest_call", "pytest_runtest_setup", "pytest_runtest_teardown", "check_interactive_exception")),
@@ -97,6 +111,29 @@ _WATCHED = [
     (pluggy._hooks.HookCaller, ("__call__", "call_historic", "get_hookimpls", "_add_hookimpl")),
     (pluggy._hooks.HookImpl, ("__init__",)),
     (os, ("_exit", "write")),
+    # What a task's tests use to read what the student made: an answer module that patched one at
+    # import (Path.read_text returning the expected text) would decide the outcome (issue 19 b).
+    (builtins, _BUILTINS),
+    (io, ("open", "open_code", "TextIOWrapper", "BufferedReader", "FileIO", "StringIO", "BytesIO")),
+    (pathlib, ("Path", "PurePath", "PosixPath", "PurePosixPath")),
+    (pathlib.Path, ("read_text", "read_bytes", "open", "exists", "is_file", "is_dir", "iterdir", "glob", "rglob", "stat",
+                    "resolve", "samefile", "__new__", "_from_parts", "_make_child")),
+    (pathlib.PurePath, ("__eq__", "__hash__", "__truediv__", "__str__", "__fspath__", "name", "suffix", "stem", "parts", "parent",
+                        "__lt__", "as_posix", "joinpath", "with_suffix", "relative_to")),
+    (os, ("open", "read", "fdopen", "listdir", "scandir", "stat", "lstat", "walk", "fspath", "getcwd", "environ", "popen",
+          "system", "access", "readlink")),
+    (os.path, ("exists", "isfile", "isdir", "join", "getsize", "abspath", "realpath", "basename", "dirname", "samefile")),
+    (subprocess, ("run", "Popen", "check_output", "check_call", "call", "getoutput", "getstatusoutput", "CompletedProcess")),
+    (subprocess.Popen, ("communicate", "wait", "__init__", "poll", "returncode")),
+    (subprocess.CompletedProcess, ("__init__", "check_returncode")),
+    (json, ("load", "loads", "dump", "dumps", "JSONDecoder", "JSONEncoder")),
+    (json.decoder.JSONDecoder, ("decode", "raw_decode")),
+    (re, ("match", "search", "fullmatch", "findall", "finditer", "sub", "split", "compile")),
+    (math, ("isclose", "isfinite", "isnan")),
+    (operator, ("eq", "ne")),
+    (csv, ("reader", "DictReader")),
+    (hashlib, ("md5", "sha1", "sha256", "file_digest")),
+    (shutil, ("which", "copyfile")),
 ]
 _HOOKS = ("pytest_runtest_protocol", "pytest_runtest_makereport", "pytest_runtest_call", "pytest_runtest_setup",
           "pytest_runtest_teardown", "pytest_pyfunc_call", "pytest_runtest_logreport", "pytest_report_teststatus",
@@ -145,6 +182,9 @@ class _Watch:
             changed += [f"hook {k}" for k in self.impls if now.get(k) != self.impls[k]]
             extra = [p for p in self.pm.get_plugins() if _id(p) not in self.plugins]
             changed += [f"plugin {self.pm.get_name(p) or type(p).__name__}" for p in extra]
+        for module in _TEST_MODULES:
+            if module.__dict__.get("_proctor_eq") is not _judge_eq or module.__dict__.get("_proctor_ne") is not _judge_ne:
+                changed.append(f"the judge's assert check in {module.__name__}")
         fresh = sorted(set(changed) - self.reported)
         if fresh:
             self.reported.update(fresh)
@@ -153,6 +193,7 @@ class _Watch:
 
 
 WATCH = _Watch()
+_TEST_MODULES = []
 
 
 # -- always-equal objects in asserts ---------------------------------------------------------------
@@ -289,6 +330,7 @@ class _TestLoader(importlib.machinery.SourceFileLoader):
     def exec_module(self, module):
         module.__dict__["_proctor_eq"] = _judge_eq
         module.__dict__["_proctor_ne"] = _judge_ne
+        _TEST_MODULES.append(module)
         super().exec_module(module)
 
     def set_data(self, path, data, *, _mode=0o666):

@@ -78,7 +78,7 @@ def _aimed_setting(key: str, value: object) -> bool:
 
 KINDS = {
     "early_exit": "the test process ended (status 0) before pytest finished: an answer module called os._exit or the like",
-    "test_runner_tampering": "student code patched pytest's runner, its reports or its plugins, or forged the judge's records",
+    "test_runner_tampering": "student code patched pytest's runner, its reports or its plugins, the standard library the tests read with, or forged the judge's records",
     "always_equal": "an object compared in a test's assert claims to equal (or differ from) anything",
 }
 
