@@ -407,10 +407,34 @@ class JudgePlugin:
         return (yield from self._observe(item, "teardown"))
 
     @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo):
+        # KeyboardInterrupt or pytest.exit() from code under test: pytest stops and returns normally.
+        emit("interrupted", error=type(excinfo.value).__name__, where=CURRENT[0] or "collection")
+
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report):
         seen = self.raised.get(report.nodeid, {})
         if report.when in seen and report.outcome == "passed" and seen[report.when]:
             emit("tamper", what=f"pytest's {report.when} report says passed where the judge saw {seen[report.when]}", where=report.nodeid)
+
+
+def _end_own_children():
+    """Kill and reap what the tests started and left running as this process's plain children (a
+    server a test did not stop): not the student's doing. A process that left the session (setsid)
+    or was double-forked away is left alone: the judge sees it from outside and flags it
+    (`processes_left_in_grading`)."""
+    me, session = os.getpid(), os.getsid(0)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) == me and int(fields[3]) == session:
+                os.kill(int(name), 9)
+                os.waitpid(int(name), 0)
+        except (OSError, ValueError, IndexError, ChildProcessError):
+            continue
 
 
 def main():
@@ -428,6 +452,7 @@ def main():
         emit("crash", error=type(exc).__name__)
         code = 3
     WATCH.check("end")
+    _end_own_children()
     emit("finish", exit=int(code))
     os._exit(0)
 

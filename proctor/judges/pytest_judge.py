@@ -53,6 +53,7 @@ _RUNTIME_MODULES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py
 _INI = "[pytest]\npython_files = test_*.py *_test.py\npython_classes = Test\npython_functions = test\naddopts =\n"
 _OUTPUT_CAP = 4 * 1024 * 1024
 _PARAM = re.compile(r"\[.*\]$")
+_SELF_SIGNALS = (9, 15, 1, 2, 3)  # KILL, TERM, HUP, INT, QUIT: nobody else signals the grading sandbox
 # pytest settings in a student's config file that would change what a grader's run loads, collects
 # or reports (honest ones, such as testpaths or minversion, are not flagged).
 _LOUD_SETTINGS = ("python_files", "python_classes", "python_functions", "required_plugins")
@@ -194,7 +195,7 @@ class PytestJudge(Judge):
                 result = box.run([python, "-I", "-B", "/grader/run.py"], input=(json.dumps(settings) + "\n").encode(),
                                  timeout=budget, output_cap=_OUTPUT_CAP, cwd=spec.workdir)
                 wall = time.monotonic() - t
-                events += grading_watch.sandbox_events(box, "pytest grading sandbox")
+                events += grading_watch.observe_run(box, "pytest grading sandbox", timed_out=result.timed_out)
             finally:
                 box.close()
         return _Run(nonce=nonce, stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code, signal=result.signal,
@@ -445,7 +446,16 @@ def _verdict(scoring: str, expected: list[str], run: _Run, events: list[Misbehav
     if equal:
         shown = ", ".join(sorted({f"{r.get('type')} in {r.get('test')}" for r in equal})[:4])
         events.append(MisbehaviourEvent(kind="always_equal", detail=_clip(f"asserted {equal[0].get('op', '==')} on an object that compares as anything: {shown}", 600)))
-    if tamper or equal:
+    interrupted = [r for r in records if r.get("event") == "interrupted"]
+    if interrupted:
+        r = interrupted[0]
+        events.append(MisbehaviourEvent(kind="early_exit", detail=_clip(f"code under test raised {r.get('error')} during {r.get('where')}: pytest stopped early; {len(passed)} of {len(expected)} tests had passed", 600)))
+    if not finished and not run.timed_out and run.signal in _SELF_SIGNALS and not any(e.kind == "resource_limit_hit" for e in events):
+        events.append(MisbehaviourEvent(kind="early_exit", detail=f"the test process was killed by signal {run.signal} that neither the harness (no timeout) nor a limit (no OOM) sent: student code signalled it; {len(passed)} of {len(expected)} tests had reported"))
+    left = [e for e in events if e.kind == "processes_left_in_grading"]
+    if tamper or equal or interrupted or left:
+        if left and not (tamper or equal or interrupted):
+            return Verdict.zero(f"student code left processes running after the tests: {left[0].detail}", metadata=meta, misbehaviour=events)
         return Verdict.zero(f"the tests were tampered with: {events[-1].detail}", metadata=meta, misbehaviour=events)
     if not finished:
         where = f"during {started}" if started else ("during collection" if not outcomes else "after the last test")
