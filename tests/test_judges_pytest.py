@@ -544,3 +544,34 @@ def test_an_answer_that_runs_out_of_memory_is_not_an_early_exit(confinement, tmp
     spec = SandboxSpec(workdir="/app", limits=SandboxLimits(memory_bytes=256 * MiB))
     verdict = evaluate(PytestJudge(tests="tests", timeout_s=60), JudgeContext(submission=sub, hidden=ENV / "hidden", sandbox_spec=spec))
     assert verdict.score == 0.0 and "early_exit" not in [e.kind for e in verdict.misbehaviour], (verdict.explanation, verdict.misbehaviour)
+
+
+# -- issue 19 (d): a fake of a module the tests import and the runtime lacks ---------------------------
+FAKE_DEEPDIFF = {"solution.py": WRONG, "deepdiff.py": "def DeepDiff(a, b, **kwargs):\n    return {}\n"}
+
+
+@pytest.mark.parametrize("first", ["the tests", "the answer module"])
+def test_a_fake_third_party_module_in_the_workdir_scores_zero_and_is_flagged(confinement, tmp_path, first):
+    files = dict(FAKE_DEEPDIFF)
+    if first == "the answer module":  # imported by the student's module first, so it sits in sys.modules
+        files["solution.py"] = "import deepdiff\n" + WRONG
+    assert plain_pytest(tmp_path, files, tests="deeptests") == 0
+    verdict = grade(tmp_path, files, tests="deeptests")
+    assert verdict.score == 0.0 and not verdict.infra_error, verdict.explanation
+    flags = [e for e in verdict.misbehaviour if e.kind == "judge_tampering"]
+    assert flags and "deepdiff" in flags[0].detail, verdict.misbehaviour
+
+
+def test_a_package_pip_installed_into_the_workdir_is_refused_but_not_flagged(confinement, tmp_path):
+    # Honest where the image lacks it: the import still fails (the task's runtime must have it).
+    files = {**FAKE_DEEPDIFF, "solution.py": SOLUTION, "deepdiff/__init__.py": FAKE_DEEPDIFF["deepdiff.py"],
+             "deepdiff-8.0.dist-info/RECORD": "deepdiff/__init__.py,sha256=x,40\n"}
+    del files["deepdiff.py"]
+    verdict = grade(tmp_path, files, tests="deeptests")
+    assert verdict.score == 0.0 and not verdict.infra_error and not verdict.misbehaviour, (verdict.explanation, verdict.misbehaviour)
+
+
+def test_the_students_own_helper_modules_still_import(confinement, tmp_path):
+    files = {"solution.py": "from helpers import add, greet, point\n", "helpers.py": SOLUTION}
+    verdict = grade(tmp_path, files)
+    assert verdict.score == 1.0 and not verdict.misbehaviour, (verdict.explanation, verdict.misbehaviour)

@@ -346,6 +346,50 @@ class _TestFinder(importlib.abc.MetaPathFinder):
                                                       submodule_search_locations=spec.submodule_search_locations)
 
 
+# Modules a task's tests import from an installed distribution, never from the student's workdir
+# (a fake `numpy` whose allclose is always True, a fake `pytest_timeout`): besides these names, the
+# standard library's and every `pytest_*` plugin's (whoever imports them: the tests, or the student's
+# module first, which would leave its fake in sys.modules for the tests).
+_THIRD_PARTY = {"numpy", "pandas", "scipy", "sklearn", "torch", "tensorflow", "jax", "requests", "yaml", "hypothesis", "attr",
+                "attrs", "pydantic", "polars", "pyarrow", "matplotlib", "PIL", "cv2", "bs4", "lxml", "sympy", "networkx",
+                "deepdiff", "jsonschema", "toml", "tomli", "dateutil", "pytz", "six", "typing_extensions", "xmltodict", "psutil",
+                "docker", "regex", "numba", "httpx", "flask", "fastapi", "django", "sqlalchemy", "redis", "boto3", "click",
+                "rich", "tqdm", "pexpect", "freezegun", "responses", "mock", "_pytest", "pytest", "pluggy", "py"}
+
+
+def _not_the_students(name):
+    return name in _THIRD_PARTY or name in sys.stdlib_module_names or name.startswith("pytest_")
+
+
+def _installed_in_workdir(name):
+    """Whether pip put `name` in the workdir (`pip install --target`): a dist-info whose RECORD
+    lists it. An honest student may do that where the image lacks a package: refused, not flagged."""
+    try:
+        for entry in os.scandir(_WORKDIR):
+            if entry.name.endswith(".dist-info") and entry.is_dir(follow_symlinks=False):
+                with open(os.path.join(entry.path, "RECORD"), encoding="utf-8", errors="replace") as f:
+                    if any(line.startswith((name + "/", name + ".py,")) for line in f):
+                        return True
+    except OSError:
+        return False
+    return False
+
+
+class _WorkdirGuard(importlib.abc.MetaPathFinder):
+    """A top-level module found nowhere but the workdir is the student's only when it may be."""
+
+    def find_spec(self, name, path=None, target=None):
+        if path is not None or "." in name:
+            return None
+        elsewhere = [p for p in sys.path if p != _WORKDIR]
+        if importlib.machinery.PathFinder.find_spec(name, elsewhere) is not None:
+            return None  # installed: found there first anyway (the workdir is last)
+        if importlib.machinery.PathFinder.find_spec(name, [_WORKDIR]) is None or not _not_the_students(name):
+            return None
+        emit("shadowed", module=name, test=CURRENT[0] or "collection", installed=_installed_in_workdir(name))
+        raise ImportError(f"No module named {name!r} in the grading runtime; PytestJudge does not take it from the student's workdir")
+
+
 # -- the judge's plugin ----------------------------------------------------------------------------
 CURRENT = [None]
 
@@ -439,6 +483,7 @@ def _end_own_children():
 
 def main():
     sys.meta_path.insert(0, _TestFinder())
+    sys.meta_path.insert(1, _WorkdirGuard())
     # The student's modules are importable (`from solution import f`), but last: nothing of
     # theirs can shadow the standard library, pytest or an installed package.
     sys.path.append(_WORKDIR)
