@@ -463,8 +463,22 @@ for _m in list(sys.modules.values()):
 """ + WRONG
 
 
+REBIND_THE_TESTS_NAME = """
+import pathlib, sys
+
+class _Path(type(pathlib.Path())):
+    def read_text(self, *args, **kwargs):
+        return "12"
+
+for _m in list(sys.modules.values()):
+    if "test_" in (getattr(_m, "__file__", None) or "") and getattr(_m, "Path", None) is pathlib.Path:
+        _m.Path = _Path
+"""
+
+
 @pytest.mark.parametrize("name, files, tests", [
     ("Path.read_text", {"solution.py": PATCH_READ_TEXT}, "filetests"),
+    ("the test module's test_files.Path", {"solution.py": REBIND_THE_TESTS_NAME}, "filetests"),
     ("io.open", {"solution.py": PATCH_IO_OPEN}, "filetests"),
     ("the judge's assert check", {"solution.py": PATCH_ASSERT_CHECK}, "tests"),
 ])

@@ -165,6 +165,7 @@ def _hookimpls(pm):
 class _Watch:
     def __init__(self):
         self.attrs = _attrs()
+        self.stdlib = {n: m for n, m in sys.modules.items() if n.split(".")[0] in sys.stdlib_module_names and n != "__main__"}
         self.pm = None
         self.impls = None
         self.plugins = None
@@ -185,6 +186,8 @@ class _Watch:
         for module in _TEST_MODULES:
             if module.__dict__.get("_proctor_eq") is not _judge_eq or module.__dict__.get("_proctor_ne") is not _judge_ne:
                 changed.append(f"the judge's assert check in {module.__name__}")
+            changed += [f"the test module's {name}" for name in _rebound(module, _IMPORTS.get(getattr(module, "__file__", None), []))]
+        changed += [f"sys.modules[{name!r}]" for name, mod in self.stdlib.items() if sys.modules.get(name) is not mod]
         fresh = sorted(set(changed) - self.reported)
         if fresh:
             self.reported.update(fresh)
@@ -194,6 +197,7 @@ class _Watch:
 
 WATCH = _Watch()
 _TEST_MODULES = []
+_IMPORTS = {}
 
 
 # -- always-equal objects in asserts ---------------------------------------------------------------
@@ -316,8 +320,37 @@ class _AssertEq(ast.NodeTransformer):
         return node
 
 
+def _imports(tree):
+    """(name bound in the test module, module, attribute or None) for its top-level absolute imports."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found += [(a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0], None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(a.asname or a.name, node.module, a.name) for a in node.names if a.name != "*"]
+    return found
+
+
+def _rebound(module, imports):
+    """Names of the test module that no longer are what its imports bound (a student's module,
+    imported by the test, rebinding `test_x.Path` to a fake); the student's own modules are theirs."""
+    wrong = []
+    for bound, source, attr in imports:
+        real = sys.modules.get(source)
+        origin = getattr(real, "__file__", None) or ""
+        if real is None or origin.startswith(_WORKDIR + "/"):
+            continue
+        expected = real if attr is None else _static(real, attr, None)
+        if attr is not None and expected is None:
+            continue  # a submodule bound by `from pkg import sub`, or a lazy attribute: not checked
+        if module.__dict__.get(bound) is not expected:
+            wrong.append(f"{module.__name__}.{bound}")
+    return wrong
+
+
 class _TestLoader(importlib.machinery.SourceFileLoader):
     def source_to_code(self, data, path, *, _optimize=-1):
+        _IMPORTS[path] = _imports(ast.parse(data, filename=path))
         tree = _AssertEq().visit(ast.parse(data, filename=path))
         ast.fix_missing_locations(tree)
         return compile(tree, path, "exec", dont_inherit=True)
