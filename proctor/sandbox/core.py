@@ -450,10 +450,12 @@ class Sandbox:
                 full[name] = "inodes"
         return full
 
-    def copy_in(self, source: str | Path, target: str = "") -> int:
+    def copy_in(self, source: str | Path, target: str = "", *, read_only: bool = False) -> int:
         """Copy a trusted host tree (task files, a custody copy) into /workdir/`target`, owned
-        by the student (copyin.py). Returns the number of files copied."""
-        return copy_tree_in(source, self._places.workdir / target if target else self._places.workdir, self.uid)
+        by the student (copyin.py), or by root where `read_only` (StudentSandbox.copy_in).
+        Returns the number of files copied."""
+        dest = self._places.workdir / target if target else self._places.workdir
+        return copy_tree_in(source, dest, None, read_only=True) if read_only else copy_tree_in(source, dest, self.uid)
 
     def network_counters(self) -> dict[str, int]:
         """The SNMP counters of the sandbox's network namespace while its session is up (empty
