@@ -464,9 +464,23 @@ class Sandbox:
 
     def processes(self) -> list[ProcessInfo]:
         """Every process in the sandbox's cgroups now, zombies included (for watchers that judge
-        what is left; `kill_all` is what ends them)."""
+        what is left; `kill_all` is what ends them). A snapshot: a process that forks and exits
+        while the list is read (a double fork's middle) would be seen dead and its child, born
+        after the cgroup was read, not at all; so a list that changed under the reading (a pid
+        gone, or new ones in the cgroup) is read again with the sandbox frozen."""
         pids = self._cg.pids()
-        return _process_infos(pids, pids)
+        found = _process_infos(pids, pids)
+        if len(found) == len(pids) and self._cg.pids() == pids:
+            return found
+        try:
+            self._cg.freeze(timeout_s=0.5)
+        except TimeoutError:
+            pass  # a task that cannot be frozen now (in the kernel): the list is still the better for it
+        try:
+            pids = self._cg.pids()
+            return _process_infos(pids, pids)
+        finally:
+            self._cg.thaw()
 
     def close(self) -> None:
         """Tear everything down: processes, mounts, cgroups, files, the uid. Safe to call twice."""
