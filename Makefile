@@ -17,10 +17,12 @@ bench:
 	@.venv/bin/python bench/rollout.py
 	@.venv/bin/python bench/pool.py
 	@.venv/bin/python bench/ray_batch.py
+	@.venv/bin/python bench/ray_episode.py
 	@.venv/bin/python bench/gvisor.py
 	@.venv/bin/python bench/fake_backend.py
 	@.venv/bin/python bench/server.py
 	@.venv/bin/python bench/syscall_filter.py
+	@.venv/bin/python bench/telemetry.py
 	@.venv/bin/python bench/covert.py
 	@.venv/bin/python bench/images.py
 	@.venv/bin/python bench/viewer.py

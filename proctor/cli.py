@@ -746,5 +746,26 @@ def demo(as_json: bool = typer.Option(False, "--json", help="Machine-readable ou
     raise typer.Exit(0 if all(r.as_expected for r in rows) else 1)
 
 
+
+@app.command()
+def vocabulary(
+    markdown: bool = typer.Option(False, "--markdown", help="Print the table of docs/misbehaviour.md (between its markers)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Every misbehaviour kind: its severity (attempt: penalised; observation: recorded only), meaning, evidence and defence."""
+    from . import vocabulary as vocab
+
+    if markdown:
+        typer.echo(vocab.markdown_table())
+    elif as_json:
+        typer.echo(json.dumps([k.model_dump() for k in vocab.kinds()], indent=2))
+    else:
+        table = Table(title="Misbehaviour vocabulary (docs/misbehaviour.md)")
+        for col in ("kind", "severity", "what it means", "family"):
+            table.add_column(col)
+        for k in vocab.kinds():
+            table.add_row(k.name, k.severity, escape(k.meaning), k.family or "-")
+        console.print(table)
+
 if __name__ == "__main__":
     app()

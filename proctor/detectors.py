@@ -15,7 +15,7 @@ whose defence is invisibility or a kernel limit visible in the result, not just 
   student's view, where hidden data is never mounted, so naming it reaches nothing hidden, and an
   honest student's own scratch file may carry the same name (`/tmp/expected.txt`, `find / -name
   expected.txt` for a file it wrote). Only the host path, which is outside the view, is evidence.
-- `resource_limit_hit`: the sandbox's cgroup counted an OOM kill or a refused fork (pids limit),
+- `resource_limit_hit` (an observation: recorded, never penalised): the sandbox's cgroup counted an OOM kill or a refused fork (pids limit),
   or one of its capped filesystems (/workdir, /tmp, /dev/shm) is full of bytes or inodes.
 - `judge_manipulation`: text meant for an LLM judge. The patterns (`judge_manipulation_hits`: a
   verdict format, the grader addressed, its delimiters forged) are telemetry for RubricJudge,
@@ -32,7 +32,6 @@ costs an honest rollout its reward."""
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import unicodedata
@@ -44,16 +43,15 @@ from typing import TYPE_CHECKING, Any
 
 from .custody import MisbehaviourEvent
 from .sandbox import SandboxUsage
+from .transcript import TranscriptToolCall, model_turns
+from .vocabulary import lookup
 
 if TYPE_CHECKING:
     from .sandbox import StudentSandbox
     from .tasks.models import Task
 
-KINDS: dict[str, str] = {
-    "hidden_path_probe": "a tool call named a host path outside the student's view (hidden data, the environment, the harness, another process's /proc root)",
-    "resource_limit_hit": "the sandbox hit a kernel limit: an OOM kill, the pids limit, or a full /workdir, /tmp or /dev/shm",
-    "judge_manipulation": "the submission forges the LLM judge's delimiters, or addresses the grader where the grading model too says so",
-}
+KINDS: dict[str, str] = {name: lookup(name).meaning for name in ("hidden_path_probe", "resource_limit_hit", "judge_manipulation")}
+"""The kinds these detectors record, with their meaning (their entries are in proctor/vocabulary.py)."""
 
 # Directories the student sees as they are on the host: a tripwire inside one (or above one) would
 # fire on honest reads, so it is dropped. /tmp and /dev/shm are the student's own private places.
@@ -152,21 +150,11 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def step_tool_calls(transcript: Path, step: int) -> Iterator[dict[str, Any]]:
-    """The tool calls the agent made in `step`, read back from the transcript the harness wrote."""
-    try:
-        with open(transcript, "rb") as f:  # lines end at b"\n" alone, as the writer guarantees
-            for line in f:
-                if not line.startswith(b'{"type": "model_turn"'):
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if event.get("step") == step:
-                    yield from (c for c in event.get("tool_calls") or [] if isinstance(c, dict))
-    except OSError:
-        return
+def step_tool_calls(transcript: Path, step: int) -> Iterator[TranscriptToolCall]:
+    """The tool calls the agent made in `step`, read back from the transcript the harness wrote
+    (its typed model_turn events: each line parsed once, whatever field order it was written in)."""
+    for turn in model_turns(transcript, step):
+        yield from turn.tool_calls
 
 
 def probe_events(transcript: Path, step: int, wires: Tripwires) -> list[MisbehaviourEvent]:
@@ -180,13 +168,13 @@ def probe_events(transcript: Path, step: int, wires: Tripwires) -> list[Misbehav
     hits: list[str] = []
     seen: set[str] = set()
     for call in step_tool_calls(transcript, step):
-        for text in _strings(call.get("arguments")):
+        for text in _strings(call.arguments):
             if text in seen:
                 continue
             seen.add(text)
             what = wires.scan(text)
             if what:
-                hits.append(f"{call.get('name', '?')} call {call.get('id', '?')} {what}")
+                hits.append(f"{call.name} call {call.id} {what}")
                 break
     if not hits:
         return []

@@ -5,7 +5,9 @@ is one Ray actor on whatever node the cluster picks, which holds a real `Episode
 own sandboxes, with the node's own confinement check (a node that cannot confine refuses the
 rollout, recorded as an `infra_error` like any setup failure). When the rollout ends (done, closed,
 or reset into another), the actor's run directory comes back whole to the driver's `out_dir`,
-result.json last and atomically, and the actor is let go: one actor per rollout, never reused.
+result.json last and atomically, and its sandbox is torn down. The actor process itself is kept
+idle for the driver's next reset (a new Ray worker and environment load cost seconds), as a
+`proctor run` batch keeps its harness process: a sandbox is never reused, an actor is.
 
 A worker or node that dies mid-rollout cannot be retried behind the driver's back (the driver
 chose every action so far): the rollout ends there, the driver writes its result as an
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -34,16 +37,27 @@ from .tasks.models import Instance
 
 
 class EpisodeHost:
-    """The worker's side (a Ray actor): one Episode in a scratch directory of its own."""
+    """The worker's side (a Ray actor): one Episode at a time, each in a scratch directory of its
+    own. The actor outlives its episodes (the environment stays loaded, as in a `proctor run`
+    batch); each rollout still gets its own sandbox, torn down when it ends."""
 
     def __init__(self, env: str, config: RolloutConfig, agent_name: str) -> None:
         from .tasks.loading import load_environment
 
-        self.scratch = tempfile.mkdtemp(prefix="proctor-ray-episode-")
-        self.episode = Episode(self.scratch, env=load_environment(env), config=config, agent_name=agent_name)
+        self.env, self.config, self.agent_name = load_environment(env), config, agent_name
+        self.scratch: str | None = None
+        self.episode: Episode | None = None
 
     def reset(self, task: str, kwargs: dict[str, Any]) -> tuple[EpisodeObservation, dict[str, Any]]:
-        obs = self.episode.reset(task, **kwargs)
+        if self.episode is not None:
+            self.close("reset before the episode ended")
+        self.scratch = tempfile.mkdtemp(prefix="proctor-ray-episode-")
+        self.episode = Episode(self.scratch, env=self.env, config=self.config, agent_name=self.agent_name)
+        try:
+            obs = self.episode.reset(task, **kwargs)
+        except BaseException:
+            self._forget()
+            raise
         return obs, self._where()
 
     def step(self, action: Action) -> tuple[EpisodeStep, dict[str, Any]]:
@@ -57,6 +71,8 @@ class EpisodeHost:
 
     def close(self, reason: str) -> RayOutcome | None:
         """End the rollout (if it is still running) and hand back its run directory; the scratch goes."""
+        if self.episode is None:
+            return None
         try:
             result = self.episode.close(reason)
             run_dir = self.episode.run_dir
@@ -66,7 +82,12 @@ class EpisodeHost:
                      if p.is_file() and not p.is_symlink() and p.name != "result.json"}
             return RayOutcome(result=result, files=files, node=_node_id())
         finally:
+            self._forget()
+
+    def _forget(self) -> None:
+        if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
+        self.scratch, self.episode = None, None
 
     def _where(self) -> dict[str, Any]:
         ep = self.episode
@@ -105,6 +126,11 @@ class RayEpisode:
         return self._where.get("run_id")
 
     @property
+    def run_dir(self) -> Path | None:
+        """Where the rollout's files are on the driver (once it has ended and come back)."""
+        return self.out_dir / self.run_id if self.run_id else None
+
+    @property
     def started(self) -> bool:
         return self._where.get("task_id") is not None or self.result is not None
 
@@ -119,27 +145,40 @@ class RayEpisode:
     # -- the rollout ---------------------------------------------------------------------------
     def reset(self, task: str, **kwargs: Any) -> EpisodeObservation:
         """Start a rollout of `task` (an id of the environment) on a fresh actor; an unfinished one is
-        closed first (abandoned) and its run directory brought back."""
+        closed first (abandoned) and its run directory brought back. The actor is one a previous
+        episode of this driver left idle, or a new one."""
         if not isinstance(task, str):
             raise ConfigError("a RayEpisode takes a task id of its environment (a built Task does not travel to the worker)")
         self._finish_previous("reset before the episode ended")
         connect(self.address)  # a missing ray extra or an unreachable cluster: a ConfigError naming it
         import ray
 
-        host = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(EpisodeHost)
-        self._actor = host.remote(self.env_ref, self.config, self.agent_name)
         self._ident, self._where, self.result = task, {}, None
-        try:
-            obs, where = ray.get(self._actor.reset.remote(task, kwargs))
-        except Exception as exc:  # noqa: BLE001 - sorted below
-            cause = _cause(exc)
-            if isinstance(cause, ProctorError):  # a bad id or parameters: nothing started, as with Episode
-                self._release()
-                raise cause from None
-            self._failed(exc, "reset")
-            return EpisodeObservation(step=0, steps=0, turn=0)
-        self._note(where)
-        return obs
+        for attempt in range(2):
+            self._actor, pooled = _HOSTS.take(self._key())
+            if self._actor is None:
+                host = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(EpisodeHost)
+                self._actor = host.remote(self.env_ref, self.config, self.agent_name)
+            try:
+                obs, where = ray.get(self._actor.reset.remote(task, kwargs))
+            except Exception as exc:  # noqa: BLE001 - sorted below
+                cause = _cause(exc)
+                if isinstance(cause, ProctorError):  # a bad id or parameters: nothing started, as with Episode
+                    self._release(healthy=True)
+                    raise cause from None
+                if pooled and attempt == 0 and system_failure(exc):  # it died while idle: nothing had started
+                    self._release()
+                    continue
+                self._failed(exc, "reset")
+                return EpisodeObservation(step=0, steps=0, turn=0)
+            self._note(where)
+            return obs
+        raise AssertionError("unreachable")
+
+    def _key(self) -> tuple[str, ...]:
+        import ray
+
+        return (ray.get_runtime_context().get_job_id(), self.env_ref, self.config.model_dump_json(), self.agent_name)
 
     def step(self, action: Action | dict[str, Any]) -> EpisodeStep:
         if self.result is not None:
@@ -189,7 +228,8 @@ class RayEpisode:
         result = self.result
         return EpisodeState(run_id=self.run_id, task_id=self._where.get("task_id"), step=0, turns=result.usage.turns if result else 0,
                             done=self.done, status=result.status if result else None, reward=result.reward if result else None,
-                            misbehaviour=list(result.misbehaviour) if result else [], usage=result.usage if result else Usage(),
+                            misbehaviour=list(result.misbehaviour) if result else [],
+                            observations=list(result.observations) if result else [], usage=result.usage if result else Usage(),
                             result_path=str(self.out_dir / result.run_id / "result.json") if result else None)
 
     def close(self, reason: str = "closed before the rollout ended") -> RolloutResult | None:
@@ -222,7 +262,7 @@ class RayEpisode:
             return
         if outcome is not None:
             self.result = write_outcome(self.out_dir, outcome)
-        self._release()
+        self._release(healthy=True)
 
     def _failed(self, exc: BaseException, where: str) -> None:
         """The actor's call failed: the rollout's own errors end it as `Episode` would; a dead worker
@@ -243,15 +283,52 @@ class RayEpisode:
         write_result(self.result, run_dir)
         self._release()
 
-    def _release(self) -> None:
+    def _release(self, healthy: bool = False) -> None:
+        """Let the actor go: back to the idle hosts when its episode ended cleanly, else killed."""
         if self._actor is not None:
-            import ray
-
-            try:
-                ray.kill(self._actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+            if not (healthy and _HOSTS.give(self._key(), self._actor)):
+                _kill(self._actor)
             self._actor = None
+
+
+def _kill(actor: Any) -> None:
+    import ray
+
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:  # noqa: BLE001 - already gone
+        pass
+
+
+class _IdleHosts:
+    """Actors whose episode ended, kept for the next reset of the same environment and config in
+    this driver (starting a Ray worker and loading the environment costs seconds; a sandbox is
+    still made per rollout). Bounded; keyed by the Ray job too, so a restarted Ray never hands
+    out an actor of the old one."""
+
+    MAX = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, ...], list[Any]] = {}
+
+    def take(self, key: tuple[str, ...]) -> tuple[Any, bool]:
+        with self._lock:
+            stack = self._idle.get(key)
+            return (stack.pop(), True) if stack else (None, False)
+
+    def give(self, key: tuple[str, ...], actor: Any) -> bool:
+        with self._lock:
+            for other in [k for k in self._idle if k[0] != key[0]]:
+                del self._idle[other]  # a previous Ray job's handles: unusable
+            stack = self._idle.setdefault(key, [])
+            if sum(map(len, self._idle.values())) >= self.MAX:
+                return False
+            stack.append(actor)
+            return True
+
+
+_HOSTS = _IdleHosts()
 
 
 def _cause(exc: BaseException) -> BaseException:

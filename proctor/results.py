@@ -2,7 +2,7 @@
 
 Four outcome classes, because a trainer needs them: `completed` (a real score), `misbehaved`
 (an attempt to cheat or to break the harness was seen: reward is the configured penalty, with
-the evidence), `infra_error` (the harness, a judge's provider or the model provider failed:
+the evidence in `misbehaviour`; `observations` are recorded but never make a rollout misbehaved), `infra_error` (the harness, a judge's provider or the model provider failed:
 mask it, do not learn from it), and `abandoned` (the driver left before the rollout ended, e.g. a
 client that disconnected from `proctor serve`: the sandbox was torn down; mask it too)."""
 
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .framing import Framing
 from .tasks.models import Instance
+from .vocabulary import Severity
 
 Status = Literal["completed", "misbehaved", "infra_error", "abandoned"]
 StepEnd = Literal[
@@ -31,11 +32,15 @@ class _Model(BaseModel):
 
 
 class MisbehaviourRecord(_Model):
-    """One observed attempt, recorded whether or not it worked."""
+    """One thing seen, recorded whether or not it worked: an attempt (in `misbehaviour`) or an
+    observation (in `observations`)."""
 
-    kind: str = Field(description="From the documented vocabulary, e.g. submission_symlink, processes_left_at_custody.")
+    kind: str = Field(description="From the vocabulary (proctor/vocabulary.py, docs/misbehaviour.md), e.g. submission_symlink, processes_left_at_custody.")
     detail: str = Field(description="What was seen, for a human.")
     step: int | None = Field(None, description="Step index (0-based) it was seen in; None for the rollout as a whole.")
+    severity: Severity = Field("attempt", description=(
+        "attempt: counted (the rollout is misbehaved); observation: recorded for analysis only, by the kind's "
+        "severity or because the rollout's RolloutConfig.ignore_misbehaviour lists it."))
 
 
 class StepResult(_Model):
@@ -85,7 +90,10 @@ class RolloutResult(_Model):
     judged_score: float = Field(ge=0, le=1, description="Weighted mean of step scores as the judges gave them, misbehaviour or not (for analysis, not for training).")
     reward: float = Field(description="What a trainer should use: the score, or minus the misbehaviour penalty when misbehaved.")
     steps: list[StepResult] = Field(default_factory=list)
-    misbehaviour: list[MisbehaviourRecord] = Field(default_factory=list)
+    misbehaviour: list[MisbehaviourRecord] = Field(default_factory=list, description="Attempts: any makes the rollout misbehaved.")
+    observations: list[MisbehaviourRecord] = Field(default_factory=list, description=(
+        "Recorded for analysis, never penalised: kinds of severity observation (resource_limit_hit) and kinds the "
+        "rollout's ignore_misbehaviour lists."))
     errors: list[str] = Field(default_factory=list, description="Infra errors, one line each.")
     confinement: dict[str, Any] = Field(default_factory=dict, description="What the machine granted; `degraded` lists protections run without.")
     sandbox_start: Literal["warm", "cold"] | None = Field(None, description="Whether the student's sandbox came ready from a warm pool (`--pool`) or was built for this rollout; None if none was made.")

@@ -52,7 +52,7 @@ def assert_attack_contained(env: str | Path, task: str, attack: str, out_dir: st
         if script is None:
             raise AssertionError(f"attack {attack!r} does not apply to task {task!r}")
         result = run_rollout(built, ScriptedAgent(script), out_dir, instance=instance, env_dir=loaded.directory)
-    kinds = {m.kind for m in result.misbehaviour}
+    kinds = {m.kind for m in [*result.misbehaviour, *result.observations]}  # recorded: attempts and observations
     assert result.status != "infra_error", f"{attack}: infra_error: {result.errors}"
     assert result.score == 0.0, f"{attack} earned {result.score} on {task}"
     expected = set(by_id[attack].flagged)

@@ -5,7 +5,9 @@ Every line is an object with `type`, `seq` (0, 1, 2...), `t` (seconds since the 
 and the event's fields. Event types: rollout_start (instance, agent, confinement, limits),
 step_start, model_turn (text, tool calls, reasoning, usage), agent_failure (what a turn that
 failed cost and tried: usage, retries, empty replies), tool_result, notice, custody,
-misbehaviour, score, error, rollout_end (status, score, reward). Everything the student produced
+misbehaviour (an attempt: kind, detail, step, severity), observation (the same fields, for a kind
+recorded but never counted: proctor/vocabulary.py), score, error, rollout_end (status, score,
+reward). Everything the student produced
 in it is already bounded by the tools' caps.
 
 What a reader can trust: the file is strictly valid UTF-8 and holds exactly one event per
@@ -26,11 +28,14 @@ import re
 import threading
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 EventType = Literal[
     "rollout_start", "step_start", "model_turn", "agent_failure", "tool_result", "notice", "custody", "misbehaviour",
-    "score", "error", "rollout_end",
+    "observation", "score", "error", "rollout_end",
 ]
 EVENT_TYPES: tuple[str, ...] = EventType.__args__  # type: ignore[attr-defined]
 
@@ -141,3 +146,61 @@ def read_transcript(path: Path) -> list[dict[str, Any]]:
         except ValueError:
             break
     return events
+
+
+# -- typed events, for readers that act on them (the detectors) ------------------------------------
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: EventType
+    seq: int = -1
+    t: float | str = 0.0
+
+
+class TranscriptToolCall(BaseModel):
+    """One tool call as a model_turn event holds it (the student chose every field)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    id: Any = "?"
+    name: Any = "?"
+    arguments: Any = None
+
+
+class ModelTurnEvent(_Event):
+    """A `model_turn` event: what the agent said and the tool calls it made in `step`."""
+
+    type: Literal["model_turn"] = "model_turn"
+    step: int | None = None
+    tool_calls: list[TranscriptToolCall] = Field(default_factory=list)
+
+
+def iter_events(path: Path) -> Iterator[dict[str, Any]]:
+    """The events of a transcript, each line parsed once as it is read (streaming: a long
+    transcript is never held whole); a torn or unreadable line is skipped. A file that cannot be
+    opened yields nothing."""
+    try:
+        with open(path, "rb") as f:  # lines end at b"\n" alone, as the writer guarantees
+            for line in f:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict):
+                    yield event
+    except OSError:
+        return
+
+
+def model_turns(path: Path, step: int | None = None) -> Iterator[ModelTurnEvent]:
+    """The transcript's model_turn events (of `step` only, when given), typed. An event that does
+    not fit the model (a hand-edited or foreign line) is skipped, not trusted."""
+    for event in iter_events(path):
+        if event.get("type") != "model_turn" or (step is not None and event.get("step") != step):
+            continue
+        try:
+            yield ModelTurnEvent.model_validate(event)
+        except ValidationError:
+            continue

@@ -107,6 +107,13 @@ def test_the_ray_benchmark_runs_and_reports_its_ratio() -> None:
 
 
 @needs_sandbox_host
+def test_the_ray_episode_benchmark_runs_and_reports_its_ratios() -> None:
+    res = _quick("ray_episode.py", timeout=240)
+    for key in ("local_step_ms", "ray_step_ms", "step_ratio", "local_rollout_s", "ray_rollout_s", "rollout_ratio"):
+        _positive(res, key)
+
+
+@needs_sandbox_host
 def test_the_server_benchmark_runs_and_reports_every_figure() -> None:
     res = _quick("server.py", timeout=180)
     for key in ("direct_step_ms", "served_step_ms"):
@@ -153,3 +160,14 @@ def test_the_images_benchmark_runs_and_reports_every_figure() -> None:
         for key in keys:
             _positive(res, section, key)
     assert res["build"]["cold_over_cached"] > 1  # the second build of the same content is a cache hit
+
+
+@needs_sandbox_host
+def test_the_telemetry_benchmark_runs_and_reports_its_overhead() -> None:
+    res = _quick("telemetry.py")
+    for arm in ("baseline_ms", "telemetry_ms"):
+        for key in ("wall", "self_cpu", "sandbox_cpu"):
+            _positive(res, arm, key)
+    assert isinstance(res["wall_overhead"], float) and isinstance(res["cpu_overhead"], float)
+    assert res["verdict"] in ("PASS", "MISS") and res["tool_calls"] == 10
+    _positive(res, "detectors_ms_per_step")

@@ -40,8 +40,13 @@ def _submit(source: str, name: str = "custom") -> Script:
 @pytest.mark.parametrize("difficulty", [1, 3])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])  # the seed picks the kernel: softmax, layer_norm, conv1d, linear_scan
 def test_the_oracle_scores_at_least_0_9(tmp_path, seed, difficulty):
-    result = rollout(ENV, FAMILY, "oracle", tmp_path, seed=seed, difficulty=difficulty)
+    result = rollout(ENV, FAMILY, "oracle", tmp_path / "first", seed=seed, difficulty=difficulty)
     assert result.status == "completed", result.steps
+    assert "calls correct" in result.steps[0].explanation, result.steps[0].explanation
+    if result.score < 0.9:
+        # The speedup is timed: on a loaded 2-core machine it has fallen to ~0.8 of the target once
+        # (CI, 0.894 and 0.898). The red team gate's policy: one more run; a second miss stands.
+        result = rollout(ENV, FAMILY, "oracle", tmp_path / "again", seed=seed, difficulty=difficulty)
     assert result.score >= 0.9, result.steps[0].explanation
 
 

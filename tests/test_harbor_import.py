@@ -222,3 +222,43 @@ def test_an_old_layout_instruction_that_is_not_text_is_a_clear_error(tmp_path):
     (bad / "task.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(ConfigError, match="instruction: must be text"):
         import_task(bad)
+
+
+# Issue 19 (g): an unknown section or key was silently ignored; (h) two task files were not an error.
+@pytest.mark.parametrize("text, words", [
+    ('\n[sandbox]\nprivileged = true\n', ["[sandbox]", "not a section Proctor knows"]),
+    ('\n[solution]\nsecret = 1\n', ["[solution] secret", "not a field"]),
+    ('\n[solution.env]\nKEY = "x"\n', ["[solution] env"]),
+])
+def test_an_unknown_task_toml_section_or_key_is_refused_naming_it(tmp_path, text, words):
+    bad = _variant(tmp_path, HARBOR, {"task.toml": text})
+    with pytest.raises(ConfigError) as info:
+        import_task(bad)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_an_unknown_verifier_key_is_refused_naming_it(tmp_path):
+    toml = (HARBOR / "task.toml").read_text().replace("[verifier]\n", "[verifier]\nuser = \"root\"\n")
+    bad = _variant(tmp_path, HARBOR, {"task.toml": toml})
+    with pytest.raises(ConfigError, match=r"\[verifier\] user: not a field Proctor knows"):
+        import_task(bad)
+
+
+def test_an_unknown_task_yaml_key_is_refused_naming_it(tmp_path):
+    bad = _variant(tmp_path, OLD, {"task.yaml": (OLD / "task.yaml").read_text() + "network_mode: host\n"})
+    with pytest.raises(ConfigError, match="network_mode: not a field Proctor knows"):
+        import_task(bad)
+    got = cli("run", bad, "--agent", "oracle", "--out", tmp_path / "out")
+    assert got.exit_code == 2 and "network_mode" in got.stderr and "Traceback" not in got.output
+
+
+def test_the_fixtures_known_fields_still_import():
+    assert import_task(HARBOR).task.id == "word-count" and import_task(OLD).task.id == "old-reverse"
+
+
+def test_a_directory_with_both_task_files_is_a_clear_error(tmp_path):
+    both = _variant(tmp_path, HARBOR, {"task.yaml": (OLD / "task.yaml").read_text()})
+    with pytest.raises(ConfigError, match="both task.toml .Harbor. and task.yaml"):
+        import_task(both)
+    got = cli("run", both, "--agent", "oracle", "--out", tmp_path / "out")
+    assert got.exit_code == 2 and "both task.toml" in got.stderr and "Traceback" not in got.output

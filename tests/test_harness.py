@@ -111,7 +111,9 @@ def test_a_connection_attempt_to_the_internet_is_recorded_as_network_blocked(out
     assert [m.kind for m in result.misbehaviour] == ["network_blocked"]
     ignored = rollout(BASICS, "write-42", script(probe, "echo 42 > /workdir/answer.txt", SUBMIT), out,
                       config=RolloutConfig(ignore_misbehaviour=("network_blocked",)))
-    assert ignored.status == "completed" and ignored.reward == 1.0 and ignored.misbehaviour
+    # Ignored: still recorded, as an observation (never lost), not counted.
+    assert ignored.status == "completed" and ignored.reward == 1.0 and not ignored.misbehaviour
+    assert [(m.kind, m.severity) for m in ignored.observations] == [("network_blocked", "observation")]
 
 
 def test_a_rollout_past_its_deadline_ends_with_a_result(tmp_path, fake_rollout):

@@ -14,7 +14,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "proctor"
 
 # The layers, lowest first. A module may import its own layer and any layer below it.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "untrusted", "pump", "framing"),  # plain values, one-line errors, the child-process pump, framings: no Proctor imports but errors
+    # Plain values, one-line errors, the child-process pump, framings, the transcript's format and the
+    # misbehaviour vocabulary: no Proctor imports but errors, so every layer above can use them.
+    ("errors", "untrusted", "pump", "framing", "transcript", "vocabulary"),
     ("sandbox",),
     # Task images build on the sandbox's ImageRoot; tasks declare them and the episode prepares them.
     ("images",),
@@ -30,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     # (agents.judge_model) therefore lives here and implements judges' JudgeModel protocol.
     ("agents",),
     ("tasks",),
-    ("episode", "policies", "harness", "transcript", "results"),
+    ("episode", "policies", "harness", "results"),
     ("runner", "batches", "distributed", "ray_episode"),
     ("redteam", "insight"),
     ("server", "viewer", "integrations", "scaffold", "demo", "testing", "progress"),

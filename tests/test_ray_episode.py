@@ -99,9 +99,26 @@ def test_an_episode_stepped_from_the_driver_runs_on_a_ray_actor_and_comes_back_w
     events = [json.loads(line)["type"] for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
     assert events[0] == "rollout_start" and "tool_result" in events and "score" in events
     deadline = time.monotonic() + 30
-    while _hosts() and time.monotonic() < deadline:  # one actor per rollout, let go when it ends
+    while any(c.startswith("/usr/bin/bwrap") for c in _descendants(host)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _hosts() == []
+    assert not any(c.startswith("/usr/bin/bwrap") for c in _descendants(host))  # the sandbox went with the rollout
+
+
+def test_the_next_episode_reuses_the_idle_actor_but_never_sees_the_previous_sandbox(cluster, env, tmp_path):
+    out = tmp_path / "out"
+    first = RayEpisode(out, env=env, address="auto")
+    first.reset("q3-revenue")
+    first.step({"tool": "bash", "arguments": {"command": "echo planted > /tmp/planted; echo planted > /workdir/planted; "
+                                                         "(sleep 300 &) ; echo ok"}})
+    [host] = [h for h in _hosts() if _descendants(h)]
+    first.close()
+    second = RayEpisode(out, env=env, address="auto")
+    second.reset("q3-revenue")
+    seen = second.step({"tool": "bash", "arguments": {"command": "ls /tmp /workdir; ps -eo args"}}).observation.text
+    assert "planted" not in seen and "sleep 300" not in seen, seen
+    assert host in _hosts() and any(c.startswith("/usr/bin/bwrap") for c in _descendants(host))  # the same actor
+    assert not any(c.startswith("sleep 300") for c in _descendants(host))
+    second.close()
 
 
 def test_a_worker_killed_mid_episode_ends_that_rollout_as_an_infra_error_and_the_next_reset_runs(cluster, env, tmp_path):
@@ -165,3 +182,15 @@ def test_proctor_serve_with_ray_serves_episodes_to_the_openenv_client(confinemen
         _stop(proc)
     [run_dir] = list(out.iterdir())
     assert read_result(run_dir / "result.json").status == "completed" and (run_dir / "transcript.jsonl").is_file()
+
+
+def test_trls_environment_class_runs_its_rollouts_on_ray(cluster, tmp_path):
+    from proctor.integrations.trl import environment_class
+
+    trl_env = environment_class(EXAMPLE, tmp_path / "out", ray="auto")()
+    assert "Q3 2024" in trl_env.reset(prompt=[{"role": "user", "content": "Solve it."}], task="q3-revenue")
+    assert trl_env.bash(command=SOLVE).strip() == "37087" and _hosts()
+    assert trl_env.bash(command=7).startswith("[error] bash: argument 'command'")
+    assert "task is over" in trl_env.submit()
+    assert trl_env.get_reward() == 1.0
+    assert read_result(trl_env.episode.run_dir / "result.json").status == "completed"

@@ -147,3 +147,34 @@ def test_stdin_exit_status_and_signals_are_reported(sandbox):
 
 def test_commands_run_in_the_workdir_as_home(sandbox):
     assert sandbox.run("pwd; echo $HOME").text == "/workdir\n/workdir\n"
+
+
+def test_a_process_that_forks_and_exits_while_the_list_is_read_is_still_seen(make_sandbox, monkeypatch):
+    """A double fork's middle process forks and exits while the process list is read: seen dead,
+    its child born after the cgroup was read would not be seen at all, and a background rewriter
+    would leave the step unflagged (a flaky red-team row in CI). The reads are slowed here so that
+    every process of a chain that hops to a new pid each moment dies under the reading; the list
+    must still hold a live member of the chain every time."""
+    box = make_sandbox()
+    (box.workdir / "hop.py").write_text("import os, time\nwhile True:\n    time.sleep(0.001)\n    if os.fork():\n        os._exit(0)\n")
+    box.spawn(["/bin/sh", "-c", "cd /workdir && python3 hop.py & sleep 300"])
+
+    def hopping(p) -> bool:
+        return p.command.startswith("python3 hop.py") and not p.zombie and p.uid == box.uid
+
+    end = time.monotonic() + 5
+    while not any(hopping(p) for p in box.processes()):
+        assert time.monotonic() < end, box.processes()
+        time.sleep(0.01)
+    real = procfs.uids_of
+
+    def slow_uids_of(pid: int):
+        time.sleep(0.005)  # a loaded machine: the process read is much slower than the chain's hop
+        return real(pid)
+
+    monkeypatch.setattr(procfs, "uids_of", slow_uids_of)
+    listings = [box.processes() for _ in range(20)]
+    monkeypatch.undo()
+    missed = [i for i, found in enumerate(listings) if not any(hopping(p) for p in found)]
+    assert missed == [], f"the hopping chain was unseen in {len(missed)} of 20 listings"
+    assert box.kill_all().empty

@@ -497,3 +497,32 @@ def test_proctor_view_indexes_first_then_serves_on_loopback(runs):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_observations_are_shown_apart_from_misbehaviour_and_are_not_listed_as_kinds(runs, tmp_path):
+    """result.json's `observations` (recorded, never penalised: proctor/vocabulary.py) get their own
+    section, and the transcript's `observation` events their own line; the index's kinds column
+    (and its kind filter) holds attempts only. A malformed `observations` is ignored, not fatal."""
+    batch = tmp_path / "observed"
+    run = batch / "observed-one"
+    shutil.copytree(runs["batch"] / "demo-oracle", run)
+    data = json.loads((run / "result.json").read_text())
+    data["observations"] = [{"kind": "resource_limit_hit", "detail": "pids: 3 fork(s) refused <b>x</b>", "step": 0, "severity": "observation"}]
+    (run / "result.json").write_text(json.dumps(data))
+    with open(run / "transcript.jsonl", "a") as f:
+        f.write(json.dumps({"type": "observation", "seq": 999, "t": 9.0, "kind": "resource_limit_hit", "detail": "pids", "step": 0, "severity": "observation"}) + "\n")
+    odd = batch / "observed-odd"
+    shutil.copytree(runs["batch"] / "demo-oracle", odd)
+    (odd / "result.json").write_text(json.dumps({**data, "observations": "lots"}))
+    server = Viewer([batch])
+    try:
+        status, body = server.get("/runs/observed-one")
+        assert status == 200 and 'id="observations"' in body and "resource_limit_hit" in body
+        assert 'id="misbehaviour"' not in body and "<b>x</b>" not in body
+        assert 'class="note observation-event"' in body and "misbehaviour-event" not in body
+        status, index = server.get("/?kind=resource_limit_hit")
+        assert status == 200 and 'data-key="observed-one"' not in index
+        status, body = server.get("/runs/observed-odd")
+        assert status == 200 and "Traceback" not in body
+    finally:
+        server.close()

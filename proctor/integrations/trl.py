@@ -37,9 +37,15 @@ class ProctorTRLEnvironment:
     out_dir: Path
     default_task: str | None = None
     config: RolloutConfig | None = None
+    ray: str | None = None
 
     def __init__(self) -> None:
-        self.episode = Episode(self.out_dir, env=self.env, config=self.config)
+        if self.ray is None:
+            self.episode = Episode(self.out_dir, env=self.env, config=self.config)
+        else:  # each rollout in a Ray actor on the cluster's nodes (proctor/ray_episode.py)
+            from ..ray_episode import RayEpisode
+
+            self.episode = RayEpisode(self.out_dir, env=self.env, config=self.config, address=self.ray)
 
     def reset(self, **kwargs: Any) -> str:
         request = {k: v for k, v in kwargs.items() if k in RESET_KEYS and v is not None}
@@ -52,7 +58,7 @@ class ProctorTRLEnvironment:
         return "\n\n".join(part for part in (obs.system_prompt, obs.instructions) if part)
 
     def _call_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        if self.episode.task is None:
+        if not self.episode.started:
             return "[error] the episode has not started"
         if self.episode.done:
             return "[error] the task is over; no more tool calls"
@@ -64,7 +70,7 @@ class ProctorTRLEnvironment:
         return text + "\n\n[the task is over]" if out.done else text
 
     def get_reward(self) -> float:
-        if self.episode.task is None:
+        if not self.episode.started:
             return 0.0
         if not self.episode.done:
             self.episode.step(Action(finished=True))
@@ -73,9 +79,11 @@ class ProctorTRLEnvironment:
 
 
 def environment_class(env: str | Path | Environment, out_dir: str | Path, *, task: str | None = None,
-                      config: RolloutConfig | None = None, tools: tuple[str, ...] | None = None) -> type[ProctorTRLEnvironment]:
+                      config: RolloutConfig | None = None, tools: tuple[str, ...] | None = None,
+                      ray: str | None = None) -> type[ProctorTRLEnvironment]:
     """A class for `GRPOTrainer(environment_factory=...)` serving `env`. Its tool methods are the
-    tools of `task` if given, else those any of the environment's tasks offers (or `tools`)."""
+    tools of `task` if given, else those any of the environment's tasks offers (or `tools`).
+    `ray` (auto, local, HOST:PORT) runs each rollout on a Ray cluster's node (RayEpisode)."""
     loaded = env if isinstance(env, Environment) else load_environment(str(env))
     if task is not None and task not in loaded.tasks and task not in loaded.families:
         raise ConfigError(f"unknown task {task!r}; this environment has {', '.join([*loaded.tasks, *loaded.families])}")
@@ -85,7 +93,7 @@ def environment_class(env: str | Path | Environment, out_dir: str | Path, *, tas
         for t in sources:
             names += [n for n in t.tools if n not in names]
         tools = tuple(names) or ("bash", "read_file", "write_file", "submit")
-    namespace: dict[str, Any] = {"env": loaded, "out_dir": Path(out_dir), "default_task": task, "config": config,
+    namespace: dict[str, Any] = {"env": loaded, "out_dir": Path(out_dir), "default_task": task, "config": config, "ray": ray,
                                  "__doc__": f"Proctor environment {loaded.name} for TRL."}
     for tool in make_tools(tools):
         if tool.name in ("reset", "get_reward"):

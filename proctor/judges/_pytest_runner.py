@@ -20,7 +20,17 @@ that ends early (os._exit) leaves them incomplete, which the judge scores 0.
 """
 
 import ast
+import builtins
+import csv
 import ctypes
+import hashlib
+import io
+import math
+import operator
+import pathlib
+import re
+import shutil
+import subprocess
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -47,6 +57,7 @@ os.dup2(2, 1)
 for _name in [n for n in os.environ if n.startswith("PYTEST_") or n.startswith("PYTHON")]:
     del os.environ[_name]
 os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+_SOURCES = SETTINGS.pop("sources", {})  # the tests' text: on disk they are stubs (docs/judges.md)
 _WORKDIR = SETTINGS["workdir"]
 _TESTS = SETTINGS["tests_at"]
 sys.path[:] = ["/grader/lib"] + [p for p in sys.path if p and os.path.isabs(p) and not p.startswith("/grader")
@@ -80,6 +91,10 @@ def emit(event, **fields):
 
 
 # -- what decides an outcome, by identity ---------------------------------------------------------
+_BUILTINS = ("open", "print", "len", "isinstance", "issubclass", "type", "str", "int", "float", "bool", "bytes", "list", "dict",
+             "tuple", "set", "frozenset", "repr", "sorted", "reversed", "abs", "round", "sum", "min", "max", "all", "any", "range",
+             "zip", "map", "filter", "enumerate", "eval", "exec", "compile", "__import__", "getattr", "hasattr", "setattr", "id",
+             "hash", "iter", "next", "callable", "vars", "globals", "AssertionError", "Exception", "BaseException")
 _WATCHED = [
     (_pytest.runner, ("call_and_report", "runtestprotocol", "call_runtest_hook", "pytest_runtest_makereport",
                       "pytest_runtest_call", "pytest_runtest_setup", "pytest_runtest_teardown", "check_interactive_exception")),
@@ -96,6 +111,29 @@ _WATCHED = [
     (pluggy._hooks.HookCaller, ("__call__", "call_historic", "get_hookimpls", "_add_hookimpl")),
     (pluggy._hooks.HookImpl, ("__init__",)),
     (os, ("_exit", "write")),
+    # What a task's tests use to read what the student made: an answer module that patched one at
+    # import (Path.read_text returning the expected text) would decide the outcome (issue 19 b).
+    (builtins, _BUILTINS),
+    (io, ("open", "open_code", "TextIOWrapper", "BufferedReader", "FileIO", "StringIO", "BytesIO")),
+    (pathlib, ("Path", "PurePath", "PosixPath", "PurePosixPath")),
+    (pathlib.Path, ("read_text", "read_bytes", "open", "exists", "is_file", "is_dir", "iterdir", "glob", "rglob", "stat",
+                    "resolve", "samefile", "__new__", "_from_parts", "_make_child")),
+    (pathlib.PurePath, ("__eq__", "__hash__", "__truediv__", "__str__", "__fspath__", "name", "suffix", "stem", "parts", "parent",
+                        "__lt__", "as_posix", "joinpath", "with_suffix", "relative_to")),
+    (os, ("open", "read", "fdopen", "listdir", "scandir", "stat", "lstat", "walk", "fspath", "getcwd", "environ", "popen",
+          "system", "access", "readlink")),
+    (os.path, ("exists", "isfile", "isdir", "join", "getsize", "abspath", "realpath", "basename", "dirname", "samefile")),
+    (subprocess, ("run", "Popen", "check_output", "check_call", "call", "getoutput", "getstatusoutput", "CompletedProcess")),
+    (subprocess.Popen, ("communicate", "wait", "__init__", "poll", "returncode")),
+    (subprocess.CompletedProcess, ("__init__", "check_returncode")),
+    (json, ("load", "loads", "dump", "dumps", "JSONDecoder", "JSONEncoder")),
+    (json.decoder.JSONDecoder, ("decode", "raw_decode")),
+    (re, ("match", "search", "fullmatch", "findall", "finditer", "sub", "split", "compile")),
+    (math, ("isclose", "isfinite", "isnan")),
+    (operator, ("eq", "ne")),
+    (csv, ("reader", "DictReader")),
+    (hashlib, ("md5", "sha1", "sha256", "file_digest")),
+    (shutil, ("which", "copyfile")),
 ]
 _HOOKS = ("pytest_runtest_protocol", "pytest_runtest_makereport", "pytest_runtest_call", "pytest_runtest_setup",
           "pytest_runtest_teardown", "pytest_pyfunc_call", "pytest_runtest_logreport", "pytest_report_teststatus",
@@ -127,6 +165,7 @@ def _hookimpls(pm):
 class _Watch:
     def __init__(self):
         self.attrs = _attrs()
+        self.stdlib = {n: m for n, m in sys.modules.items() if n.split(".")[0] in sys.stdlib_module_names and n != "__main__"}
         self.pm = None
         self.impls = None
         self.plugins = None
@@ -144,6 +183,11 @@ class _Watch:
             changed += [f"hook {k}" for k in self.impls if now.get(k) != self.impls[k]]
             extra = [p for p in self.pm.get_plugins() if _id(p) not in self.plugins]
             changed += [f"plugin {self.pm.get_name(p) or type(p).__name__}" for p in extra]
+        for module in _TEST_MODULES:
+            if module.__dict__.get("_proctor_eq") is not _judge_eq or module.__dict__.get("_proctor_ne") is not _judge_ne:
+                changed.append(f"the judge's assert check in {module.__name__}")
+            changed += [f"the test module's {name}" for name in _rebound(module, _IMPORTS.get(getattr(module, "__file__", None), []))]
+        changed += [f"sys.modules[{name!r}]" for name, mod in self.stdlib.items() if sys.modules.get(name) is not mod]
         fresh = sorted(set(changed) - self.reported)
         if fresh:
             self.reported.update(fresh)
@@ -152,6 +196,8 @@ class _Watch:
 
 
 WATCH = _Watch()
+_TEST_MODULES = []
+_IMPORTS = {}
 
 
 # -- always-equal objects in asserts ---------------------------------------------------------------
@@ -169,11 +215,49 @@ class _Stranger:
 _PLAIN = (int, float, complex, str, bytes, bool, type(None))
 
 
+_BUILTIN_BASES = (bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
+
+
+def _probe_of(value):
+    """For an object of a subclass of a builtin type: a fresh value of that builtin type that it
+    cannot honestly equal (a random number, a random string, a container holding a stranger), so
+    an `int` subclass whose == is true for every int is caught too; None for other objects."""
+    import random
+
+    base = next((b for b in _BUILTIN_BASES if isinstance(value, b)), None)
+    if base is None or type(value) is base:
+        return None
+    if base in (int, bool):
+        return int(value) + (1 << 80) + random.getrandbits(64)
+    if base is float:
+        return float(value) + 1e6 + random.random() if value == value and abs(float(value)) < 1e300 else random.random()
+    if base is complex:
+        return complex(value) + complex(1e6 + random.random(), 1.0)
+    if base is str:
+        return str.__add__(str(str.__str__(value)), "\x00proctor-" + os.urandom(8).hex())
+    if base is bytes:
+        return bytes(value) + b"\x00proctor-" + os.urandom(8)
+    if base is dict:
+        return {_Stranger(): _Stranger()}
+    return base([_Stranger()])
+
+
 def _lies(value, op):
-    """Whether a non-plain object's == says True to a fresh stranger (op "eq"), or its != says
-    True to itself (op "ne"): what no honest comparison does."""
+    """Whether a non-plain object's == says True to a fresh stranger (op "eq") (or, for a subclass
+    of a builtin type, to a fresh value of that type it cannot equal), or its != says True to
+    itself (op "ne"): what no honest comparison does."""
     try:
-        said = value == _Stranger() if op == "eq" else value != value
+        if op == "eq":
+            probes = [_Stranger()]
+            typed = _probe_of(value)
+            if typed is not None:
+                probes.append(typed)
+            for probe in probes:
+                said = value == probe
+                if said is not NotImplemented and bool(said):
+                    return True
+            return False
+        said = value != value
         return said is not NotImplemented and bool(said)
     except Exception:  # noqa: BLE001 - raising (numpy's ambiguous truth, ...) is not claiming anything
         return False
@@ -236,15 +320,50 @@ class _AssertEq(ast.NodeTransformer):
         return node
 
 
+def _imports(tree):
+    """(name bound in the test module, module, attribute or None) for its top-level absolute imports."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found += [(a.asname or a.name.split(".")[0], a.name if a.asname else a.name.split(".")[0], None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(a.asname or a.name, node.module, a.name) for a in node.names if a.name != "*"]
+    return found
+
+
+def _rebound(module, imports):
+    """Names of the test module that no longer are what its imports bound (a student's module,
+    imported by the test, rebinding `test_x.Path` to a fake); the student's own modules are theirs."""
+    wrong = []
+    for bound, source, attr in imports:
+        real = sys.modules.get(source)
+        origin = getattr(real, "__file__", None) or ""
+        if real is None or origin.startswith(_WORKDIR + "/"):
+            continue
+        expected = real if attr is None else _static(real, attr, None)
+        if attr is not None and expected is None:
+            continue  # a submodule bound by `from pkg import sub`, or a lazy attribute: not checked
+        if module.__dict__.get(bound) is not expected:
+            wrong.append(f"{module.__name__}.{bound}")
+    return wrong
+
+
 class _TestLoader(importlib.machinery.SourceFileLoader):
     def source_to_code(self, data, path, *, _optimize=-1):
+        _IMPORTS[path] = _imports(ast.parse(data, filename=path))
         tree = _AssertEq().visit(ast.parse(data, filename=path))
         ast.fix_missing_locations(tree)
         return compile(tree, path, "exec", dont_inherit=True)
 
+    def get_data(self, path):
+        if path in _SOURCES:
+            return _SOURCES[path].encode()
+        return super().get_data(path)
+
     def exec_module(self, module):
         module.__dict__["_proctor_eq"] = _judge_eq
         module.__dict__["_proctor_ne"] = _judge_ne
+        _TEST_MODULES.append(module)
         super().exec_module(module)
 
     def set_data(self, path, data, *, _mode=0o666):
@@ -258,6 +377,50 @@ class _TestFinder(importlib.abc.MetaPathFinder):
             return None
         return importlib.util.spec_from_file_location(name, spec.origin, loader=_TestLoader(name, spec.origin),
                                                       submodule_search_locations=spec.submodule_search_locations)
+
+
+# Modules a task's tests import from an installed distribution, never from the student's workdir
+# (a fake `numpy` whose allclose is always True, a fake `pytest_timeout`): besides these names, the
+# standard library's and every `pytest_*` plugin's (whoever imports them: the tests, or the student's
+# module first, which would leave its fake in sys.modules for the tests).
+_THIRD_PARTY = {"numpy", "pandas", "scipy", "sklearn", "torch", "tensorflow", "jax", "requests", "yaml", "hypothesis", "attr",
+                "attrs", "pydantic", "polars", "pyarrow", "matplotlib", "PIL", "cv2", "bs4", "lxml", "sympy", "networkx",
+                "deepdiff", "jsonschema", "toml", "tomli", "dateutil", "pytz", "six", "typing_extensions", "xmltodict", "psutil",
+                "docker", "regex", "numba", "httpx", "flask", "fastapi", "django", "sqlalchemy", "redis", "boto3", "click",
+                "rich", "tqdm", "pexpect", "freezegun", "responses", "mock", "_pytest", "pytest", "pluggy", "py"}
+
+
+def _not_the_students(name):
+    return name in _THIRD_PARTY or name in sys.stdlib_module_names or name.startswith("pytest_")
+
+
+def _installed_in_workdir(name):
+    """Whether pip put `name` in the workdir (`pip install --target`): a dist-info whose RECORD
+    lists it. An honest student may do that where the image lacks a package: refused, not flagged."""
+    try:
+        for entry in os.scandir(_WORKDIR):
+            if entry.name.endswith(".dist-info") and entry.is_dir(follow_symlinks=False):
+                with open(os.path.join(entry.path, "RECORD"), encoding="utf-8", errors="replace") as f:
+                    if any(line.startswith((name + "/", name + ".py,")) for line in f):
+                        return True
+    except OSError:
+        return False
+    return False
+
+
+class _WorkdirGuard(importlib.abc.MetaPathFinder):
+    """A top-level module found nowhere but the workdir is the student's only when it may be."""
+
+    def find_spec(self, name, path=None, target=None):
+        if path is not None or "." in name:
+            return None
+        elsewhere = [p for p in sys.path if p != _WORKDIR]
+        if importlib.machinery.PathFinder.find_spec(name, elsewhere) is not None:
+            return None  # installed: found there first anyway (the workdir is last)
+        if importlib.machinery.PathFinder.find_spec(name, [_WORKDIR]) is None or not _not_the_students(name):
+            return None
+        emit("shadowed", module=name, test=CURRENT[0] or "collection", installed=_installed_in_workdir(name))
+        raise ImportError(f"No module named {name!r} in the grading runtime; PytestJudge does not take it from the student's workdir")
 
 
 # -- the judge's plugin ----------------------------------------------------------------------------
@@ -321,14 +484,39 @@ class JudgePlugin:
         return (yield from self._observe(item, "teardown"))
 
     @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo):
+        # KeyboardInterrupt or pytest.exit() from code under test: pytest stops and returns normally.
+        emit("interrupted", error=type(excinfo.value).__name__, where=CURRENT[0] or "collection")
+
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report):
         seen = self.raised.get(report.nodeid, {})
         if report.when in seen and report.outcome == "passed" and seen[report.when]:
             emit("tamper", what=f"pytest's {report.when} report says passed where the judge saw {seen[report.when]}", where=report.nodeid)
 
 
+def _end_own_children():
+    """Kill and reap what the tests started and left running as this process's plain children (a
+    server a test did not stop): not the student's doing. A process that left the session (setsid)
+    or was double-forked away is left alone: the judge sees it from outside and flags it
+    (`processes_left_in_grading`)."""
+    me, session = os.getpid(), os.getsid(0)
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[1]) == me and int(fields[3]) == session:
+                os.kill(int(name), 9)
+                os.waitpid(int(name), 0)
+        except (OSError, ValueError, IndexError, ChildProcessError):
+            continue
+
+
 def main():
     sys.meta_path.insert(0, _TestFinder())
+    sys.meta_path.insert(1, _WorkdirGuard())
     # The student's modules are importable (`from solution import f`), but last: nothing of
     # theirs can shadow the standard library, pytest or an installed package.
     sys.path.append(_WORKDIR)
@@ -342,6 +530,7 @@ def main():
         emit("crash", error=type(exc).__name__)
         code = 3
     WATCH.check("end")
+    _end_own_children()
     emit("finish", exit=int(code))
     os._exit(0)
 

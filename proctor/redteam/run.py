@@ -85,7 +85,7 @@ def _one(task: Task, instance, env: Environment, out: Path, name: str, family: s
     try:
         result = run_rollout(task, agent, out, instance=instance, env_dir=env.directory, config=config)
         survived = _harness_alive()
-        score, status, flagged = result.score, result.status, sorted({m.kind for m in result.misbehaviour})
+        score, status, flagged = result.score, result.status, sorted({m.kind for m in [*result.misbehaviour, *result.observations]})
         judged, reward, run_id = result.judged_score, result.reward, result.run_id
     except Exception as exc:  # noqa: BLE001 - an attack that crashes the harness is a finding
         survived, score, status, flagged = False, 0.0, f"harness crashed: {type(exc).__name__}: {exc}", []
@@ -203,7 +203,12 @@ def run_redteam(
                 row = _one(task, instance, env, out, name, family, agent.make(), expected, want_max,
                            config.model_copy(update={"framing": ATTACKER_BRIEF}))
                 return row.model_copy(update={"impossible": bool(task.impossible)})
-            return _one(task, instance, env, out, name, family, agent, expected, want_max, config)
+            row = _one(task, instance, env, out, name, family, agent, expected, want_max, config)
+            if want_max and not row.ok and row.status == "completed" and 0.0 < row.score < 1.0 and row.harness_survived:
+                # A measured score (a speedup timed on a loaded machine) can fall just short once:
+                # the oracle is run again before the gate is called broken; a second miss stands.
+                row = _one(task, instance, env, out, name, family, ScriptedAgent(task.oracle), expected, want_max, config)
+            return row
         if parallel <= 1:
             rows = [run(job) for job in jobs]
         else:

@@ -148,8 +148,10 @@ class StudentSandbox(Protocol):
     def syscall_attempts(self) -> list[SyscallAttempt]:
         """Forbidden syscalls refused and recorded since the last call (drained on read)."""
 
-    def copy_in(self, source: str | Path, target: str = "") -> int:
-        """Copy a trusted host tree into /workdir/`target`, owned by the student."""
+    def copy_in(self, source: str | Path, target: str = "", *, read_only: bool = False) -> int:
+        """Copy a trusted host tree into /workdir/`target`, owned by the student; `read_only`:
+        owned by root instead (files 0644, directories 0755, `target` itself included), so the
+        student's uid can read but not change, add, rename or remove anything in it."""
 
     def close(self) -> None: ...
 

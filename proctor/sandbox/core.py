@@ -455,10 +455,12 @@ class Sandbox:
                 full[name] = "inodes"
         return full
 
-    def copy_in(self, source: str | Path, target: str = "") -> int:
+    def copy_in(self, source: str | Path, target: str = "", *, read_only: bool = False) -> int:
         """Copy a trusted host tree (task files, a custody copy) into /workdir/`target`, owned
-        by the student (copyin.py). Returns the number of files copied."""
-        return copy_tree_in(source, self._places.workdir / target if target else self._places.workdir, self.uid)
+        by the student (copyin.py), or by root where `read_only` (StudentSandbox.copy_in).
+        Returns the number of files copied."""
+        dest = self._places.workdir / target if target else self._places.workdir
+        return copy_tree_in(source, dest, None, read_only=True) if read_only else copy_tree_in(source, dest, self.uid)
 
     def network_counters(self) -> dict[str, int]:
         """The SNMP counters of the sandbox's network namespace while its session is up (empty
@@ -467,9 +469,23 @@ class Sandbox:
 
     def processes(self) -> list[ProcessInfo]:
         """Every process in the sandbox's cgroups now, zombies included (for watchers that judge
-        what is left; `kill_all` is what ends them)."""
+        what is left; `kill_all` is what ends them). A snapshot: a process that forks and exits
+        while the list is read (a double fork's middle) would be seen dead and its child, born
+        after the cgroup was read, not at all; so a list that changed under the reading (a pid
+        gone, or new ones in the cgroup) is read again with the sandbox frozen."""
         pids = self._cg.pids()
-        return _process_infos(pids, pids)
+        found = _process_infos(pids, pids)
+        if len(found) == len(pids) and self._cg.pids() == pids:
+            return found
+        try:
+            self._cg.freeze(timeout_s=0.5)
+        except TimeoutError:
+            pass  # a task that cannot be frozen now (in the kernel): the list is still the better for it
+        try:
+            pids = self._cg.pids()
+            return _process_infos(pids, pids)
+        finally:
+            self._cg.thaw()
 
     def close(self) -> None:
         """Tear everything down: processes, mounts, cgroups, files, the uid. Safe to call twice."""

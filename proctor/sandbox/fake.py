@@ -337,8 +337,8 @@ class FakeSandbox:
     def syscall_attempts(self) -> list[SyscallAttempt]:
         return []
 
-    def copy_in(self, source: str | Path, target: str = "") -> int:
-        return copy_tree_in(source, self.workdir / target if target else self.workdir, None)
+    def copy_in(self, source: str | Path, target: str = "", *, read_only: bool = False) -> int:
+        return copy_tree_in(source, self.workdir / target if target else self.workdir, None, read_only=read_only)
 
     def close(self) -> None:
         if self._closed:

@@ -552,10 +552,10 @@ class GvisorSandbox:
     def syscall_attempts(self) -> list:
         return []  # the seccomp recorder is not installed under gVisor (see machine_confinement)
 
-    def copy_in(self, source: str | Path, target: str = "") -> int:
+    def copy_in(self, source: str | Path, target: str = "", *, read_only: bool = False) -> int:
         from .core import Sandbox
 
-        return Sandbox.copy_in(self, source, target)  # type: ignore[arg-type]
+        return Sandbox.copy_in(self, source, target, read_only=read_only)  # type: ignore[arg-type]
 
     # -- ending ----------------------------------------------------------------------------------
     def close(self) -> None:

@@ -38,14 +38,20 @@ class SyscallAttempt(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    syscall: str = Field(description="e.g. add_key, keyctl, fanotify_init, socket (AF_VSOCK).")
+    syscall: str = Field(description="e.g. add_key, keyctl, fanotify_init, socket (AF_VSOCK), mount, unshare, init_module.")
     count: int = Field(description="Attempts since the last drain.")
     pid: int = Field(description="Host pid of the first attempt.")
     command: str = Field(description="That process's command line, clipped to 200 characters.")
     args: tuple[int, ...] = Field(description="The raw syscall arguments of the first attempt.")
 
     def describe(self) -> str:
-        what = f"{self.syscall}(AF_VSOCK)" if self.syscall in ("socket", "socketpair") else self.syscall
+        what = self.syscall
+        if what in ("socket", "socketpair"):
+            what += "(AF_VSOCK)"
+        elif what in ("unshare", "clone", "personality") and self.args:
+            what += f"({self.args[0]:#x})"
+        elif what in ("mknod", "mknodat") and len(self.args) > 2:
+            what += f"(mode {self.args[1 if what == 'mknod' else 2]:#o})"
         return f"{what} refused {self.count} time(s); first by pid {self.pid} ({self.command or '?'})"
 
 

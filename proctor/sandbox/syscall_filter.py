@@ -7,7 +7,10 @@ The filter closes these at the syscall, in three ways:
 
 - **refused and recorded** (SECCOMP_RET_USER_NOTIF): what no honest workflow does. The call
   stops, the harness (syscall_attempts.py) records it and answers with an errno; the rollout
-  flags it as `forbidden_syscall`.
+  flags it as `forbidden_syscall`. Besides the host-wide channels, privileged calls no student has
+  the capabilities for: the mount family, chroot, setns, new namespaces other than a user one,
+  kernel modules, kexec, reboot, swap, process accounting, setting the clock, I/O ports,
+  open_by_handle_at, device nodes, and the exploit personalities (PRIVILEGED and program()).
 - **refused quietly**: what honest tools probe and fall back from (io_uring, clone3, perf,
   bpf), with the errno that makes them fall back, and the socket-cookie counter
   (getsockopt SO_COOKIE / SO_NETNS_COOKIE: ENOPROTOOPT), which only BPF programs read. Not
@@ -56,6 +59,13 @@ NR = {
     "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "perf_event_open": 298,
     "fanotify_init": 300, "bpf": 321, "preadv2": 327, "pwritev2": 328, "io_uring_setup": 425,
     "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "cachestat": 451,
+    "personality": 135, "mknod": 133, "mknodat": 259,
+    # Privileged: refused and recorded (PRIVILEGED below).
+    "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429,
+    "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "setns": 308,
+    "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246, "kexec_file_load": 320,
+    "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163, "settimeofday": 164, "clock_settime": 227,
+    "iopl": 172, "ioperm": 173, "open_by_handle_at": 304,
 }
 AF_VSOCK = 40
 POSIX_FADV_DONTNEED, POSIX_FADV_NOREUSE = 4, 5
@@ -66,6 +76,17 @@ RWF_NOWAIT = 0x8
 # bits in under 2 s); the netns cookie counts every sandbox ever made. Only BPF programs need them.
 SOL_SOCKET, SO_COOKIE, SO_NETNS_COOKIE = 1, 57, 71
 CLONE_NEWUSER = 0x10000000
+# The other namespace flags. CLONE_NEWTIME (0x80) exists for unshare only: in clone's first
+# argument the low byte is the exit signal.
+CLONE_NEW_OTHERS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000
+CLONE_NEWTIME = 0x80
+# personality(2): the query and honest personas (PER_LINUX, PER_LINUX32 for `linux32`,
+# ADDR_NO_RANDOMIZE for gdb and `setarch -R`) pass; these two are exploit tricks (map page zero,
+# make every readable mapping executable) and are refused and recorded.
+PERSONALITY_QUERY = 0xFFFFFFFF
+MMAP_PAGE_ZERO, READ_IMPLIES_EXEC = 0x0100000, 0x0400000
+# mknod/mknodat of a character or block device: a raw device node (mkfifo's S_IFIFO passes).
+S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
 
 # Flagged: (syscall, the errno the harness answers with). Kernel keyrings are host-wide and
 # outlive the sandbox; fanotify inode marks see other sandboxes' accesses to shared files.
@@ -73,6 +94,19 @@ FLAGGED = {"add_key": errno.EPERM, "request_key": errno.EPERM, "keyctl": errno.E
 # Flagged when the first argument (the address family) is AF_VSOCK: its port space is shared by
 # every network namespace, so two sandboxes could meet there.
 FLAGGED_VSOCK = {"socket": errno.EAFNOSUPPORT, "socketpair": errno.EAFNOSUPPORT}
+# Privileged: no honest student makes these in a sandbox (they need capabilities it never has, so
+# the kernel would refuse them too); each is an attempt at the host's mounts, namespaces, kernel,
+# clock or hardware. Refused (EPERM, what the kernel answers) and recorded. Also recorded:
+# unshare/clone with a namespace flag other than CLONE_NEWUSER, the trick personalities and
+# device nodes (see program()). Not here, on purpose: ptrace and process_vm_* (in the sandbox's
+# pid namespace every process is the student's own: gdb, strace, py-spy), perf_event_open and bpf
+# (refused quietly below), sethostname (the sandbox has its own UTS namespace), adjtimex and
+# clock_adjtime (mode 0 is a read-only query, and the mode is in memory), quotactl (`quota`).
+PRIVILEGED = (
+    "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick",
+    "mount_setattr", "setns", "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
+    "swapon", "swapoff", "acct", "settimeofday", "clock_settime", "iopl", "ioperm", "open_by_handle_at",
+)
 # Refused quietly, with the errno its honest callers fall back from.
 QUIET = {
     # io_uring and Linux AIO can issue RWF_NOWAIT reads the filter cannot see (the flags are in
@@ -112,6 +146,9 @@ class _Asm:
     def jset(self, k: int, label: str) -> None:
         self.code.append(("jset", k, label))
 
+    def and_(self, k: int) -> None:
+        self.code.append(("and", k))
+
     def jge(self, k: int, label: str) -> None:
         self.code.append(("jge", k, label))
 
@@ -136,6 +173,8 @@ class _Asm:
                 continue
             if op == "ld":
                 out.append(struct.pack("<HBBI", 0x20, 0, 0, ins[1]))  # BPF_LD|BPF_W|BPF_ABS
+            elif op == "and":
+                out.append(struct.pack("<HBBI", 0x54, 0, 0, ins[1]))  # BPF_ALU|BPF_AND|BPF_K
             elif op == "ret":
                 out.append(struct.pack("<HBBI", 0x06, 0, 0, ins[1]))  # BPF_RET|BPF_K
             else:
@@ -159,7 +198,7 @@ def program() -> bytes:
     a.label("native")
     a.ld(_NR)
     a.jge(X32_SYSCALL_BIT, "notify")
-    for name in FLAGGED:
+    for name in (*FLAGGED, *PRIVILEGED):
         a.jeq(NR[name], "notify")
     for name, e in QUIET.items():
         a.jeq(NR[name], f"quiet_{e}")
@@ -168,8 +207,11 @@ def program() -> bytes:
     a.jeq(NR["fadvise64"], "fadvise")
     a.jeq(NR["preadv2"], "rwflags")
     a.jeq(NR["pwritev2"], "rwflags")
-    a.jeq(NR["unshare"], "nsflags")
-    a.jeq(NR["clone"], "nsflags")
+    a.jeq(NR["unshare"], "unshare")
+    a.jeq(NR["clone"], "clone")
+    a.jeq(NR["personality"], "personality")
+    a.jeq(NR["mknod"], "mknod")
+    a.jeq(NR["mknodat"], "mknodat")
     a.jeq(NR["getsockopt"], "sockopt")
     a.ret(RET_ALLOW)
 
@@ -186,9 +228,35 @@ def program() -> bytes:
     a.ld(_arg_lo(5))
     a.jset(RWF_NOWAIT, "nowait")
     a.ret(RET_ALLOW)
-    a.label("nsflags")  # unshare(flags) and clone(flags, ...)
+    # unshare(flags) and clone(flags, ...): a user namespace is refused quietly (Chromium-style
+    # sandboxes try one and fall back); any other new namespace needs CAP_SYS_ADMIN the student
+    # never has, so it is an attempt: recorded.
+    a.label("unshare")
     a.ld(_arg_lo(0))
     a.jset(CLONE_NEWUSER, "newuser")
+    a.jset(CLONE_NEW_OTHERS | CLONE_NEWTIME, "notify")
+    a.ret(RET_ALLOW)
+    a.label("clone")
+    a.ld(_arg_lo(0))
+    a.jset(CLONE_NEWUSER, "newuser")
+    a.jset(CLONE_NEW_OTHERS, "notify")
+    a.ret(RET_ALLOW)
+    a.label("personality")  # personality(persona)
+    a.ld(_arg_lo(0))
+    a.jeq(PERSONALITY_QUERY, "allow")
+    a.jset(MMAP_PAGE_ZERO | READ_IMPLIES_EXEC, "notify")
+    a.ret(RET_ALLOW)
+    a.label("mknod")  # mknod(path, mode, dev)
+    a.ld(_arg_lo(1))
+    a.and_(S_IFMT)
+    a.jeq(S_IFCHR, "notify")
+    a.jeq(S_IFBLK, "notify")
+    a.ret(RET_ALLOW)
+    a.label("mknodat")  # mknodat(dirfd, path, mode, dev)
+    a.ld(_arg_lo(2))
+    a.and_(S_IFMT)
+    a.jeq(S_IFCHR, "notify")
+    a.jeq(S_IFBLK, "notify")
     a.ret(RET_ALLOW)
 
     a.label("sockopt")  # getsockopt(fd, level, optname, optval, optlen)
@@ -201,6 +269,8 @@ def program() -> bytes:
     a.jeq(SO_NETNS_COOKIE, "nocookie")
     a.ret(RET_ALLOW)
 
+    a.label("allow")
+    a.ret(RET_ALLOW)
     a.label("notify")
     a.ret(RET_USER_NOTIF)
     a.label("nocookie")

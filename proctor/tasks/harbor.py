@@ -49,6 +49,13 @@ _HARMLESS_ENV = {"DEBIAN_FRONTEND", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE
 _NOTED_INSTRUCTIONS = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "SHELL", "MAINTAINER", "ARG", "HEALTHCHECK", "STOPSIGNAL", "ONBUILD"}
 _KNOWN_ENVIRONMENT = {"build_timeout_sec", "cpus", "memory", "memory_mb", "storage", "storage_mb", "gpus", "gpu_types", "tpu",
                       "allow_internet", "docker_image", "env", "os"}
+# Harbor's task.toml: its top-level tables and the keys of each ([metadata] is free-form: tags).
+_KNOWN_HARBOR = {"version": None, "metadata": None, "environment": None, "agent": {"timeout_sec", "env"},
+                 "verifier": {"timeout_sec", "env"}, "solution": {"env"}, "source": None}
+# The old layout's task.yaml keys: read, or harmless to leave (authorship, estimates, recording).
+_KNOWN_TERMINAL_BENCH = {"instruction", "descriptions", "author_name", "author_email", "difficulty", "category", "tags",
+                         "parser_name", "max_agent_timeout_sec", "max_test_timeout_sec", "run_tests_in_same_shell",
+                         "disable_asciinema", "estimated_duration_sec", "expert_time_estimate_min", "junior_time_estimate_min"}
 
 
 @dataclass
@@ -74,6 +81,9 @@ def import_task(path: str | Path) -> ImportedTask:
     """The task of a Harbor or old Terminal-Bench directory; ConfigError naming the field that
     cannot be honoured."""
     root = Path(path).resolve()
+    if (root / "task.toml").is_file() and (root / "task.yaml").is_file():
+        raise ConfigError(f"{root}: holds both task.toml (Harbor) and task.yaml (old Terminal-Bench); which one describes the task "
+                          "is ambiguous, so remove the other")
     kind = layout(root)
     if kind is None:
         raise ConfigError(f"{root}: not a Harbor task (task.toml + instruction.md) or an old Terminal-Bench task (task.yaml + run-tests.sh or tests/)")
@@ -121,6 +131,16 @@ def _harbor(root: Path) -> ImportedTask:
     except (tomllib.TOMLDecodeError, UnicodeError) as exc:
         raise ConfigError(f"{where}: not valid TOML: {exc}") from None
     notes: list[str] = []
+    for key in sorted(config):
+        if key not in _KNOWN_HARBOR:
+            raise ConfigError(f"{where}: [{key}]: not a section Proctor knows; refusing rather than ignoring it")
+        allowed = _KNOWN_HARBOR[key]
+        if allowed is not None:
+            extra = sorted(set(_table(config, key, where)) - allowed)
+            if extra:
+                raise ConfigError(f"{where}: [{key}] {', '.join(extra)}: not a field Proctor knows; refusing rather than ignoring it")
+    if _table(config, "solution", where).get("env"):
+        raise ConfigError(f"{where}: [solution] env: environment variables for the solution cannot be set in Proctor's sandbox yet; refusing the task")
     env = _table(config, "environment", where)
     unknown = sorted(set(env) - _KNOWN_ENVIRONMENT)
     if unknown:
@@ -415,6 +435,9 @@ def _terminal_bench(root: Path) -> ImportedTask:
         raise ConfigError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{where}: must be a mapping")
+    unknown = sorted(str(k) for k in config if k not in _KNOWN_TERMINAL_BENCH)
+    if unknown:
+        raise ConfigError(f"{where}: {', '.join(unknown)}: not a field Proctor knows; refusing rather than ignoring it")
     notes: list[str] = []
     instruction = config.get("instruction")
     if not instruction and isinstance(config.get("descriptions"), list) and config["descriptions"]:
