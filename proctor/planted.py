@@ -104,17 +104,21 @@ class _Scan:
 _Cache = dict[str, tuple[tuple[int, int, int, int], bytes | None]]
 
 
+def _pruned(rel_parts: list[str]) -> bool:
+    """Directories not walked: inside a site-packages (installed packages are not the student's
+    plants; Python reads hooks, .pth files and shadows only at its top level, which is walked) and
+    git's object store (compressed, nothing to read). A PATH entry inside one is listed on its own."""
+    return bool(rel_parts) and (rel_parts[-1] in _INSTALLED or rel_parts[-2:] == [".git", "objects"])
+
+
 def _worth_reading(rel_parts: list[str], name: str, mode: int) -> bool:
     """Whether a file can matter to a detector here (everything else is only listed)."""
     if name in _RC_FILES or name.endswith(".pth"):
         return True
-    if name.startswith(".") and not any(part in _INSTALLED for part in rel_parts):
+    if rel_parts and rel_parts[-1] in _INSTALLED:
+        return name.endswith(".py")  # the top level of a site-packages: startup hooks and shadows
+    if name.startswith("."):
         return True  # a dotfile: a PYTHONSTARTUP file is often one, whatever its suffix
-    inside_installed = next((i for i, part in enumerate(rel_parts) if part in _INSTALLED), None)
-    if inside_installed is not None:
-        # An installed package is not the student's plant; the top level of a site-packages is
-        # where a startup hook or a shadow would have to be, and a conftest.py anywhere is read.
-        return name.endswith(".py") and (inside_installed == len(rel_parts) - 1 or name == "conftest.py")
     return name.endswith((".py", ".json", ".xml")) or bool(mode & 0o111)
 
 
@@ -143,7 +147,7 @@ def _read(dir_fd: int, name: str, size: int) -> bytes | None:
         os.close(fd)
 
 
-def _scan(places: dict[str, Path], cache: _Cache | None = None) -> _Scan:
+def _scan(places: dict[str, Path], cache: _Cache | None = None, max_depth: int = MAX_DEPTH) -> _Scan:
     scan = _Scan()
     cache = {} if cache is None else cache
     fresh: _Cache = {}
@@ -155,7 +159,7 @@ def _scan(places: dict[str, Path], cache: _Cache | None = None) -> _Scan:
             for top, dirs, names, dir_fd in walker:
                 rel = os.path.relpath(top, host_root)
                 depth = 0 if rel == "." else rel.count("/") + 1
-                if depth >= MAX_DEPTH:
+                if depth >= max_depth or _pruned(rel.split("/") if rel != "." else []):
                     dirs[:] = []
                 inside_dir = inside_root.rstrip("/") + ("" if rel == "." else "/" + rel)
                 rel_parts = [] if rel == "." else rel.split("/")
@@ -342,6 +346,20 @@ def _writable(path: str, places: dict[str, Path]) -> str | None:
     return None
 
 
+def _list_pruned(scan: _Scan, directory: str, places: dict[str, Path]) -> None:
+    """Add the files of `directory` (a PATH entry the walk pruned, such as a directory inside a
+    site-packages) to `scan`: that directory alone, its host path checked to stay in its place."""
+    if any(os.path.dirname(p) == directory for p in scan.files):
+        return
+    for root, host_root in places.items():
+        if directory != root and directory.startswith(root.rstrip("/") + "/"):
+            host = Path(host_root) / os.path.relpath(directory, root)
+            real, top = os.path.realpath(host), os.path.realpath(host_root)
+            if real == top or real.startswith(top.rstrip("/") + "/"):
+                scan.files.update(_scan({directory: Path(real)}, max_depth=0).files)
+            return
+
+
 def _is_system_binary(name: str) -> bool:
     return any(os.path.lexists(os.path.join(d, name)) for d in _SYSTEM_BIN_DIRS)
 
@@ -441,6 +459,7 @@ def _shell_events(scan: _Scan, places: dict[str, Path], home: str) -> tuple[list
                 directory = _writable(entry, places)
                 if not directory:
                     continue
+                _list_pruned(scan, directory, places)
                 fakes = []
                 for item in scan.files.values():
                     if os.path.dirname(item.inside) != directory:
