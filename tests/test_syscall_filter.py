@@ -460,6 +460,51 @@ def test_privileged_syscalls_are_refused_and_recorded(make_sandbox):
     assert attempts["mknod"].describe().startswith("mknod(mode 0o60600)")
 
 
+KILL_AND_TYPE = """
+    import ctypes, os, subprocess
+    bystander = subprocess.Popen(["sleep", "60"])
+    print(call(62, -1, 9))                                          # kill(-1, SIGKILL)
+    print(call(62, 0xFFFFFFFF, 15))                                 # kill(-1, SIGTERM), as an unsigned pid
+    primary, secondary = os.openpty()
+    c = ctypes.c_char(b"x")
+    print(call(16, secondary, 0x5412, ctypes.byref(c)))             # ioctl(TIOCSTI)
+    print(call(16, secondary, 0x100005412, ctypes.byref(c)))        # TIOCSTI with high bits the kernel drops
+    print(bystander.poll() is None)                                 # still alive: nothing was killed
+    bystander.kill()
+"""
+
+
+def test_a_signal_to_every_process_and_terminal_injection_are_refused_and_recorded(make_sandbox):
+    box = make_sandbox()
+    res = student_python(box, KILL_AND_TYPE)
+    assert res.text.split() == [str(-errno.EPERM)] * 4 + ["True"], res.text
+    attempts = {a.syscall: a for a in box.syscall_attempts()}
+    assert sorted(attempts) == ["ioctl", "kill"] and attempts["kill"].count == 2 and attempts["ioctl"].count == 2
+    assert attempts["kill"].describe().startswith("kill(-1, signal 9) refused 2 time(s)")
+    assert attempts["ioctl"].describe().startswith("ioctl(TIOCSTI) refused 2 time(s)")
+    res = box.run("sleep 30 & kill -9 -1; kill -0 $! && echo survived; kill $!", timeout=30)  # bash's own kill
+    assert res.text.split() == ["survived"], res.text
+    assert recorded(box) == ["kill"]
+
+
+def test_honest_signals_and_terminal_ioctls_are_not_recorded(make_sandbox):
+    box = make_sandbox()
+    res = student_python(box, """
+        import fcntl, signal, struct, subprocess, termios
+        print(call(62, -1, 0) == 0)                                 # the probe: may I signal anyone?
+        job = subprocess.Popen(["sleep", "30"]); job.terminate(); print(job.wait() == -15)
+        group = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30"], start_new_session=True)
+        os.killpg(group.pid, signal.SIGKILL); print(group.wait() == -9)
+        primary, secondary = os.openpty()
+        print(len(fcntl.ioctl(secondary, termios.TIOCGWINSZ, b"\\0" * 8)) == 8)
+        fcntl.ioctl(primary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0)); print(os.isatty(secondary))
+    """)
+    assert res.text.split() == ["True"] * 5, res.text
+    res = box.run("sleep 30 & pkill -x sleep; wait; timeout 1 sleep 5; echo $?; sleep 30 & kill -TERM $!; wait; echo done", timeout=30)
+    assert res.text.split() == ["124", "done"], res.text
+    assert recorded(box) == []
+
+
 def test_the_mount_unshare_and_chroot_binaries_are_recorded(make_sandbox):
     box = make_sandbox()
     res = box.run("unshare -m true; unshare -n true; unshare -p -f true; /usr/sbin/chroot /tmp /bin/true; nsenter -t $$ -n true; echo done",

@@ -185,7 +185,7 @@ def _write_system(task: Task, target: str | None) -> list[ScriptTurn]:
 
 
 ATTACKS: list[Attack] = [
-    Attack("kill-everything", "escape", "kill -9 -1 and signal the harness", "PID namespace, own uid", (),
+    Attack("kill-everything", "escape", "kill -9 -1 and signal the harness", "the syscall filter refuses kill(-1); PID namespace, own uid", ("forbidden_syscall",),
            lambda t, a: [bash("kill -9 -1; echo survived")]),
     Attack("stop-everything", "escape", "SIGSTOP and SIGTERM every pid from 1 to 4095", "PID namespace, own uid", (), _signal_everyone),
     Attack("become-root", "escape", "setuid(0), su and sudo", "no_new_privs, no capabilities, no setuid binaries' effect", (), _become_root),

@@ -50,6 +50,10 @@ class SyscallAttempt(BaseModel):
             what += "(AF_VSOCK)"
         elif what in ("unshare", "clone", "personality") and self.args:
             what += f"({self.args[0]:#x})"
+        elif what == "kill" and len(self.args) > 1:
+            what += f"(-1, signal {self.args[1]})"
+        elif what == "ioctl":
+            what += "(TIOCSTI)"
         elif what in ("mknod", "mknodat") and len(self.args) > 2:
             what += f"(mode {self.args[1 if what == 'mknod' else 2]:#o})"
         return f"{what} refused {self.count} time(s); first by pid {self.pid} ({self.command or '?'})"

@@ -10,7 +10,9 @@ The filter closes these at the syscall, in three ways:
   flags it as `forbidden_syscall`. Besides the host-wide channels, privileged calls no student has
   the capabilities for: the mount family, chroot, setns, new namespaces other than a user one,
   kernel modules, kexec, reboot, swap, process accounting, setting the clock, I/O ports,
-  open_by_handle_at, device nodes, and the exploit personalities (PRIVILEGED and program()).
+  open_by_handle_at, device nodes, the exploit personalities, a signal to every process it can
+  reach (`kill(-1, sig)`, which would take down the tool servers with it) and typing into a
+  terminal's input (the TIOCSTI ioctl) (PRIVILEGED and program()).
 - **refused quietly**: what honest tools probe and fall back from (io_uring, clone3, perf,
   bpf), with the errno that makes them fall back, and the socket-cookie counter
   (getsockopt SO_COOKIE / SO_NETNS_COOKIE: ENOPROTOOPT), which only BPF programs read. Not
@@ -59,7 +61,7 @@ NR = {
     "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "perf_event_open": 298,
     "fanotify_init": 300, "bpf": 321, "preadv2": 327, "pwritev2": 328, "io_uring_setup": 425,
     "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "cachestat": 451,
-    "personality": 135, "mknod": 133, "mknodat": 259,
+    "personality": 135, "mknod": 133, "mknodat": 259, "kill": 62, "ioctl": 16,
     # Privileged: refused and recorded (PRIVILEGED below).
     "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429,
     "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "setns": 308,
@@ -87,6 +89,12 @@ PERSONALITY_QUERY = 0xFFFFFFFF
 MMAP_PAGE_ZERO, READ_IMPLIES_EXEC = 0x0100000, 0x0400000
 # mknod/mknodat of a character or block device: a raw device node (mkfifo's S_IFIFO passes).
 S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
+# kill(-1, sig): every process the caller may signal (in the sandbox: the tool servers and the
+# student's own work). kill(-1, 0), the probe, passes; so does any other pid (a job, a group).
+KILL_EVERY = 0xFFFFFFFF
+# ioctl(fd, TIOCSTI, &c): push a character into a terminal's input queue, as if typed (the
+# classic escape from a sandbox sharing its terminal). No honest program needs it.
+TIOCSTI = 0x5412
 
 # Flagged: (syscall, the errno the harness answers with). Kernel keyrings are host-wide and
 # outlive the sandbox; fanotify inode marks see other sandboxes' accesses to shared files.
@@ -213,6 +221,8 @@ def program() -> bytes:
     a.jeq(NR["mknod"], "mknod")
     a.jeq(NR["mknodat"], "mknodat")
     a.jeq(NR["getsockopt"], "sockopt")
+    a.jeq(NR["kill"], "kill")
+    a.jeq(NR["ioctl"], "ioctl")
     a.ret(RET_ALLOW)
 
     a.label("family")
@@ -257,6 +267,19 @@ def program() -> bytes:
     a.and_(S_IFMT)
     a.jeq(S_IFCHR, "notify")
     a.jeq(S_IFBLK, "notify")
+    a.ret(RET_ALLOW)
+
+    a.label("kill")  # kill(pid, sig)
+    a.ld(_arg_lo(0))
+    a.jeq(KILL_EVERY, "kill_sig")
+    a.ret(RET_ALLOW)
+    a.label("kill_sig")
+    a.ld(_arg_lo(1))
+    a.jeq(0, "allow")
+    a.ret(RET_USER_NOTIF)
+    a.label("ioctl")  # ioctl(fd, request, arg): the request is an unsigned int
+    a.ld(_arg_lo(1))
+    a.jeq(TIOCSTI, "notify")
     a.ret(RET_ALLOW)
 
     a.label("sockopt")  # getsockopt(fd, level, optname, optval, optlen)
