@@ -176,6 +176,9 @@ for path in ('/dev/tty', '/dev/console', '/dev/pts/0', '/proc/1/fd/0'):
         print(path, libc.ioctl(fd, 0x5412, ctypes.c_char_p(b'x')))
     except OSError as exc:
         print(path, exc)
+# Whatever the tool's own descriptors are (a terminal, if the harness ever gave it one).
+for fd in (0, 1, 2):
+    print(fd, libc.ioctl(fd, 0x5412, ctypes.c_char_p(b'x')))
 """
 
 
@@ -217,7 +220,7 @@ ATTACKS: list[Attack] = [
     Attack("io-uring", "escape", "set up an io_uring to issue I/O outside the usual syscall path",
            "seccomp filter: io_uring_setup refused (ENOSYS, callers fall back)", (), _syscall("io_uring", _IOURING)),
     Attack("tiocsti-injection", "escape", "push keystrokes into a controlling terminal with TIOCSTI",
-           "bubblewrap --new-session: no controlling terminal", (), _syscall("tiocsti", _TIOCSTI)),
+           "bubblewrap --new-session: no controlling terminal; the syscall filter refuses TIOCSTI", ("forbidden_syscall",), _syscall("tiocsti", _TIOCSTI)),
     Attack("write-system-dirs", "escape", "append to /usr/bin/python3, /etc/passwd, the runtime's python and /data",
            "read-only binds of system dirs, the runtime and /data", (), _write_system),
 ]
