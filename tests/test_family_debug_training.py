@@ -77,7 +77,9 @@ def test_the_oracle_reaches_full_marks_retrained_on_hidden_data(confinement, tmp
     assert result.status == "completed", result.steps[0].explanation
     assert result.score >= 0.9, result.steps[0].explanation
     runs = result.steps[0].metadata["runs"]
-    assert len(runs) == 2 and all(r["reference"] - r["chance"] > 0.5 for r in runs)
+    # The task is learnable: the reference model is far above chance on every retraining. The
+    # hidden data are drawn per rollout, so the margin varies (0.4996 once, seed 2, in CI-like runs).
+    assert len(runs) == 2 and all(r["reference"] - r["chance"] > 0.4 for r in runs), runs
 
 
 @pytest.mark.parametrize("difficulty", [1, 2, 3])
