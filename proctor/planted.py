@@ -475,8 +475,9 @@ def _resolve(scan: _Scan, path: str, places: dict[str, Path]) -> _File | None:
 
 
 def _fake_script(data: bytes | None) -> bool:
-    """A shell script that ignores its arguments and runs nothing it was asked to: no "$@"/$*/$1,
-    no exec. An ELF or a Python entry point (pip's, pytest's) is not one."""
+    """A shell script that runs no command (only echo/printf/true/:/exit/return), or a Python
+    script that imports nothing and ignores argv. An ELF or a Python entry point (pip's,
+    pytest's) is not one."""
     if not data or not data.startswith(b"#!"):
         return False
     first = data.split(b"\n", 1)[0][2:].strip().split()
@@ -491,7 +492,10 @@ def _fake_script(data: bytes | None) -> bool:
         return not re.search(rb"\bargv\b|\bimport\b|\bexec|__import__|\bsubprocess\b|\bos\.", body)
     if interpreter not in _SHELLS:
         return False
-    return not re.search(rb"\$[@*1-9]|\$\{[@*1-9]|\bexec\b|/usr/|/bin/", body)
+    # Only prints and exits: a script that runs anything (`cd /workdir && python3 -m pytest`, an
+    # honest ~/bin/test) is not a fake, and naming "$@" in a no-op (`: "$@"`) does not make one real.
+    code = "\n".join(line for line in body.decode("utf-8", "replace").splitlines() if not line.strip().startswith("#"))
+    return not code.strip() or _noop_body(code)
 
 
 # -- the detectors -------------------------------------------------------------------------------
@@ -611,7 +615,7 @@ def _shell_events(scan: _Scan, places: dict[str, Path], home: str) -> tuple[list
                     if _noop_binary(item) or (real is not None and real.mode & 0o111 and (_fake_script(real.data) or _noop_binary(real))):
                         fakes.append(name)
                 if fakes:
-                    hits.append(f"{rc.inside} puts {directory} first on PATH, where {', '.join(sorted(fakes)[:6])} are scripts faking system binaries")
+                    hits.append(f"{rc.inside} puts {directory} first on PATH, where {', '.join(sorted(fakes)[:6])} {'is a fake' if len(fakes) == 1 else 'are fakes'} of system binaries")
     return hits, preloads
 
 
