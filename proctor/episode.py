@@ -72,6 +72,10 @@ class RolloutConfig(BaseModel):
     allow_degraded: bool = Field(False, description="Run even if the machine lacks a protection the task requires; the result says what was missing.")
     custody: CustodyLimits = CustodyLimits()
     kill_deadline_s: float = Field(5.0, gt=0, description="How long custody may take to prove the sandbox empty.")
+    leftover_grace_s: float = Field(2.0, ge=0, le=30, description=(
+        "When a step hit the pids or memory limit, how long student processes still running at its end may take to end on "
+        "their own before they are recorded as processes_left_at_custody (the children of a shell the limit broke are about "
+        "to finish); a change to the submission meanwhile is recorded too. Without a limit hit nothing runs after the step."))
     runtime: Literal["bwrap", "gvisor"] = Field("bwrap", description="The sandbox runtime of the rollout and of its judges' sandboxes (see docs/sandbox.md, Backends).")
     framing: Framing | None = Field(None, description=(
         "A preamble shown before the first step's instructions (proctor.framing: neutral, strict, inoculation or a file), "
@@ -583,7 +587,7 @@ class Episode:
             if step.before_scoring:
                 self._hook(step.before_scoring, index, "before_scoring")
             t = time.monotonic()
-            left = policies.leftover_processes(box, ctx, index)
+            left = policies.leftover_processes(box, ctx, index, step.submit, self.config.leftover_grace_s)
         finally:
             self._ctx = None
             ctx.close()
