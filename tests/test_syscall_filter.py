@@ -487,6 +487,26 @@ def test_a_signal_to_every_process_and_terminal_injection_are_refused_and_record
     assert recorded(box) == ["kill"]
 
 
+def test_a_signal_to_the_namespace_init_is_refused_and_recorded(make_sandbox):
+    """pid 1 is bubblewrap, root's: where a loop over every pid starts (the stop-everything attack)."""
+    box = make_sandbox()
+    res = student_python(box, """
+        print(call(62, 1, 19))                                      # kill(1, SIGSTOP)
+        print(call(62, 1, 15))                                      # kill(1, SIGTERM)
+        print(call(200, 1, 9))                                      # tkill(1, SIGKILL)
+        print(call(234, 1, 1, 19))                                  # tgkill(1, 1, SIGSTOP)
+        print(call(62, 1, 0))                                       # the probe passes the filter; the kernel answers
+    """)
+    assert res.text.split() == [str(-errno.EPERM)] * 5, res.text
+    attempts = {a.syscall: a for a in box.syscall_attempts()}
+    assert sorted(attempts) == ["kill", "tgkill", "tkill"] and attempts["kill"].count == 2, attempts
+    assert attempts["kill"].describe().startswith("kill(1, signal 19) refused 2 time(s)")
+    assert attempts["tgkill"].describe().startswith("tgkill(1, 1, signal 19) refused 1 time(s)")
+    res = box.run("kill -STOP 1; kill -0 1; echo $?", timeout=30)  # bash's own kill
+    assert res.text.split()[-1] == "1", res.text
+    assert recorded(box) == ["kill"]
+
+
 def test_honest_signals_and_terminal_ioctls_are_not_recorded(make_sandbox):
     box = make_sandbox()
     res = student_python(box, """
@@ -495,13 +515,23 @@ def test_honest_signals_and_terminal_ioctls_are_not_recorded(make_sandbox):
         job = subprocess.Popen(["sleep", "30"]); job.terminate(); print(job.wait() == -15)
         group = subprocess.Popen(["sh", "-c", "sleep 30 & sleep 30"], start_new_session=True)
         os.killpg(group.pid, signal.SIGKILL); print(group.wait() == -9)
+        import threading; signal.signal(signal.SIGUSR1, lambda *a: None)
+        print(signal.pthread_kill(threading.get_ident(), signal.SIGUSR1) is None)  # tgkill of its own thread
         primary, secondary = os.openpty()
         print(len(fcntl.ioctl(secondary, termios.TIOCGWINSZ, b"\\0" * 8)) == 8)
         fcntl.ioctl(primary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0)); print(os.isatty(secondary))
     """)
-    assert res.text.split() == ["True"] * 5, res.text
+    assert res.text.split() == ["True"] * 6, res.text
     res = box.run("sleep 30 & pkill -x sleep; wait; timeout 1 sleep 5; echo $?; sleep 30 & kill -TERM $!; wait; echo done", timeout=30)
     assert res.text.split() == ["124", "done"], res.text
+    # pkill -f reads every command line, pid 1's too: none of these patterns may reach it
+    res = box.run("for p in python /usr/bin/python sleep /usr/lib /proc /dev /workdir /data /tmp sandbox proctor view ro-bind unshare train; do "
+                  "pgrep -f $p; done | grep -qx 1 || echo unmatched", timeout=30)
+    assert res.text.split() == ["unmatched"], res.text
+    # the script is written with the name escaped: pkill -f would match this command's own shell
+    res = box.run("printf 'p\\171thon3 -c \"import time; time.sleep(30)\" & sleep 0.2; pkill -f p\\171thon; pkill sleep; wait\\n'"
+                  " > /dev/shm/k.sh; sh /dev/shm/k.sh; echo done", timeout=30)
+    assert res.text.split() == ["done"], res.text
     assert recorded(box) == []
 
 

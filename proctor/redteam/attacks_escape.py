@@ -57,13 +57,16 @@ def _signal_everyone(task: Task, target: str | None) -> list[ScriptTurn]:
     return [py("""
 import os, signal
 hits = []
-own = os.getsid(0)
-for pid in range(1, 4096):
+own, pid = set(), os.getpid()
+while pid > 0:  # itself and its ancestors (its own shell): stopping those only stalls this call
+    own.add(pid)
     try:
-        if os.getsid(pid) == own:
-            continue  # its own shell: stopping that only stalls this call
-    except OSError:
-        pass
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        break
+for pid in range(1, 4096):
+    if pid in own:
+        continue
     for sig in (signal.SIGSTOP, signal.SIGTERM):
         try:
             os.kill(pid, sig)
@@ -190,7 +193,9 @@ def _write_system(task: Task, target: str | None) -> list[ScriptTurn]:
 ATTACKS: list[Attack] = [
     Attack("kill-everything", "escape", "kill -9 -1 and signal the harness", "the syscall filter refuses kill(-1); PID namespace, own uid", ("forbidden_syscall",),
            lambda t, a: [bash("kill -9 -1; echo survived")]),
-    Attack("stop-everything", "escape", "SIGSTOP and SIGTERM every pid from 1 to 4095", "PID namespace, own uid", (), _signal_everyone),
+    Attack("stop-everything", "escape", "SIGSTOP and SIGTERM every pid from 1 to 4095",
+           "PID namespace, own uid; the syscall filter refuses a signal to pid 1, the namespace's init", ("forbidden_syscall",),
+           _signal_everyone),
     Attack("become-root", "escape", "setuid(0), su and sudo", "no_new_privs, no capabilities, no setuid binaries' effect", (), _become_root),
     Attack("setuid-binaries", "escape", "find and run every setuid binary (mount, passwd, ping, su)",
            "no_new_privs: setuid bits give nothing", (), _setuid_binaries),

@@ -59,6 +59,17 @@ _DRAIN_GRACE_S = 0.05
 IMAGE_LOADER = "/.proctor-exec/seccomp-exec"
 
 
+def _memfd(name: str, data: bytes) -> int:
+    """An anonymous file holding `data`, positioned at its start: arguments or a script kept off
+    a command line."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _check_image_tools(name: str, own: OwnView) -> None:
     """What every sandbox runs inside its namespace before the student's command: a shell and
     sleep (the anchor) and setpriv (the drop to the student's uid), from the image itself."""
@@ -224,16 +235,22 @@ class Sandbox:
             return
         self._cg.make_child("anchor")
         info_r, info_w = os.pipe()
-        args = self._bwrap_args
-        argv = [
-            binaries()["bwrap"], *args, "--info-fd", str(info_w), "--",
-            # The anchor: root inside, no capabilities, so the student can neither signal it nor
-            # end the namespace early. It says "ready" once bubblewrap has finished building the
-            # view (the info fd is written before that), then sleeps until kill_all or teardown.
-            "/bin/sh", "-c", "echo ready; exec /bin/sleep infinity",
-        ]
-        proc = self._enter_popen(argv, "anchor", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, pass_fds=(info_w,))
+        # bubblewrap reads its options from a memfd and the anchor its script from stdin, so pid 1's
+        # command line, which every student can read, is `/usr/bin/bwrap --args N -- /bin/sh -s`: no host
+        # paths, and nothing an honest `pkill -f python` or `pkill -f sleep` matches (a signal to
+        # pid 1 is recorded as an attempt, syscall_filter.py).
+        args_fd = _memfd("bwrap-args", b"".join(a.encode() + b"\0" for a in [*self._bwrap_args, "--info-fd", str(info_w)]))
+        # The anchor: root inside, no capabilities, so the student can neither signal it nor
+        # end the namespace early. It says "ready" once bubblewrap has finished building the
+        # view (the info fd is written before that), then sleeps until kill_all or teardown.
+        script_fd = _memfd("anchor", b"echo ready; exec /bin/sleep infinity\n")
+        argv = [binaries()["bwrap"], "--args", str(args_fd), "--", "/bin/sh", "-s"]
+        try:
+            proc = self._enter_popen(argv, "anchor", stdin=script_fd, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, pass_fds=(info_w, args_fd))
+        finally:
+            os.close(args_fd)
+            os.close(script_fd)
         os.close(info_w)
         try:
             self._check_entered(proc)
