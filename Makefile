@@ -23,6 +23,7 @@ bench:
 	@.venv/bin/python bench/server.py
 	@.venv/bin/python bench/syscall_filter.py
 	@.venv/bin/python bench/telemetry.py
+	@.venv/bin/python bench/planted_scan.py
 	@.venv/bin/python bench/covert.py
 	@.venv/bin/python bench/images.py
 	@.venv/bin/python bench/viewer.py

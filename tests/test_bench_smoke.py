@@ -171,3 +171,11 @@ def test_the_telemetry_benchmark_runs_and_reports_its_overhead() -> None:
     assert isinstance(res["wall_overhead"], float) and isinstance(res["cpu_overhead"], float)
     assert res["verdict"] in ("PASS", "MISS") and res["tool_calls"] == 10
     _positive(res, "detectors_ms_per_step")
+
+
+def test_the_planted_scan_benchmark_runs_and_the_cache_pays() -> None:
+    res = _quick("planted_scan.py")
+    assert res["files"] == 100 and res["steps"] == 3
+    for key in ("cold_ms", "warm_first_ms", "warm_ms"):
+        _positive(res, key)
+    assert res["ratio_warm_to_cold"] < 1, res  # the cached step reads and parses nothing

@@ -190,3 +190,34 @@ def test_an_unchanged_file_is_not_read_again_and_a_changed_one_is(tmp_path):
     assert _scan({"/workdir": tmp_path}, cache).files["/workdir/sitecustomize.py"].data == b"import os\n"
     hook.write_text("import os; os._exit(0)\n")
     assert _scan({"/workdir": tmp_path}, cache).files["/workdir/sitecustomize.py"].data == b"import os; os._exit(0)\n"
+
+
+def test_what_is_found_per_file_is_kept_until_the_file_changes(tmp_path):
+    """Facts are cached per file version: a hook made to exit after an honest first version is
+    found at the next step, and a helper it imports is looked up afresh."""
+    from proctor.planted import _python_events, _scan
+
+    places, cache, facts = {"/workdir": tmp_path}, {}, {}
+    hook, helper = tmp_path / "sitecustomize.py", tmp_path / "helper.py"
+    hook.write_text("import helper\n")
+    helper.write_text("VALUE = 1\n")
+    assert _python_events(_scan(places, cache), facts) == [] and len(facts) == 2
+    assert _python_events(_scan(places, cache), facts) == []
+    helper.write_text("import os\nos._exit(0)\n")
+    assert _python_events(_scan(places, cache), facts) == [
+        "/workdir/sitecustomize.py (a startup hook) imports /workdir/helper.py, which exits with success at import"]
+    helper.unlink()
+    hook.write_text("import sys\nsys.exit(0)\n")
+    assert _python_events(_scan(places, cache), facts) == ["/workdir/sitecustomize.py (a startup hook) exits with success at import"]
+    assert [inside for inside, _ in facts] == ["/workdir/sitecustomize.py"]  # the stale entries are gone
+
+
+def test_a_module_seen_before_a_hook_imports_it_is_parsed_once_it_matters(tmp_path):
+    from proctor.planted import _python_events, _scan
+
+    places, cache, facts = {"/workdir": tmp_path}, {}, {}
+    (tmp_path / "quiet.py").write_text("import os\nos._exit(0)\n")  # an exit, but nothing runs it at start
+    assert _python_events(_scan(places, cache), facts) == []
+    (tmp_path / "usercustomize.py").write_text("import quiet\n")
+    assert _python_events(_scan(places, cache), facts) == [
+        "/workdir/usercustomize.py (a startup hook) imports /workdir/quiet.py, which exits with success at import"]
