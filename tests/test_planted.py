@@ -151,6 +151,11 @@ def test_junit_and_output_checks_need_what_only_a_forger_writes():
     assert _imitation(b'{"type": "rollout_end", "status": "completed"}\n')
     assert _imitation(b"d41d8cd98f00b204e9800998ecf8427e  /data/orders.csv\nexit code 0\ndone\nsubmitted\n") is None
     assert _imitation(b'{"type": "score", "score": 0.8}\n{"epoch": 3, "status": "ok"}\n') is None
+    for honest in (b'{"type": "tool_result", "tool_use_id": "x"}\n{"type": "tool_use", "name": "bash"}\n',  # model APIs' words
+                   b"{'step': 10, 'type': 'step_end', 'reward': 1.0, 'status': 'completed'}\n",  # an RL log's dict
+                   b"\x1b[32mPASSED\x1b[0m 12 tests ok\n", b"0123456789abcdef0123456789abcdef01234567 0 ok\n",  # colours, a sha1
+                   b"{x: y for x in z}\n{'a': open('/etc/passwd')}\n", b"{'a': " + b"9" * 5000 + b"}\n", b"{" * 5000 + b"\n"):
+        assert _imitation(honest) is None, honest
 
 
 def test_only_proctors_own_result_shape_is_a_forged_result():
