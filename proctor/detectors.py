@@ -197,17 +197,6 @@ class _ResourceWatch:
 _WATCHES: weakref.WeakKeyDictionary[Any, _ResourceWatch] = weakref.WeakKeyDictionary()
 
 
-def hit_a_process_limit(box: StudentSandbox) -> bool:
-    """Whether `box` refused a fork at its pids limit or OOM-killed a process since resource_events
-    last reported (it reads the counters without recording anything)."""
-    watch = _WATCHES.get(box) or _ResourceWatch()
-    try:
-        usage = box.usage()
-    except OSError:
-        return False
-    return usage.oom_kills > watch.oom_kills or usage.pids_limit_hits > watch.pids_limit_hits
-
-
 def resource_events(box: StudentSandbox) -> list[MisbehaviourEvent]:
     """resource_limit_hit events for limits `box` hit since the last call: cgroup OOM kills, forks
     refused at the pids limit, and capped filesystems left without a free byte or inode."""

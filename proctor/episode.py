@@ -73,9 +73,9 @@ class RolloutConfig(BaseModel):
     custody: CustodyLimits = CustodyLimits()
     kill_deadline_s: float = Field(5.0, gt=0, description="How long custody may take to prove the sandbox empty.")
     leftover_grace_s: float = Field(2.0, ge=0, le=30, description=(
-        "When a step hit the pids or memory limit, how long student processes still running at its end may take to end on "
-        "their own before they are recorded as processes_left_at_custody (the children of a shell the limit broke are about "
-        "to finish); a change to the submission meanwhile is recorded too. Without a limit hit nothing runs after the step."))
+        "How long student processes still running when a step ends may take to end on their own before they are recorded as "
+        "processes_left_at_custody (the children of a shell the pids limit broke, the sleep of a loop just killed); if they "
+        "change anything in the student's places meanwhile, that is recorded and nothing of the step is graded. 0: no wait."))
     runtime: Literal["bwrap", "gvisor"] = Field("bwrap", description="The sandbox runtime of the rollout and of its judges' sandboxes (see docs/sandbox.md, Backends).")
     framing: Framing | None = Field(None, description=(
         "A preamble shown before the first step's instructions (proctor.framing: neutral, strict, inoculation or a file), "
@@ -587,11 +587,11 @@ class Episode:
             if step.before_scoring:
                 self._hook(step.before_scoring, index, "before_scoring")
             t = time.monotonic()
-            left = policies.leftover_processes(box, ctx, index, step.submit, self.config.leftover_grace_s)
+            left = policies.leftover_processes(box, ctx, index, self.config.leftover_grace_s)
         finally:
             self._ctx = None
             ctx.close()
-        self._flag_all(left, index)
+        self._flag_all(left.events, index)
         events, self._net_seen = policies.blocked_network(box, self._net_seen)
         self._flag_all(events, index)
         self._flag_all(policies.detected(box, task, index, self.transcript.path, self.env_dir, self.run_dir), index)
@@ -609,6 +609,9 @@ class Episode:
         if not point.gradable:
             reason = "custody refused the submission" if point.report else "the sandbox could not be proven empty"
             verdict = Verdict.zero(f"{reason}: nothing was graded", continue_task=False)
+            judge_name = "custody"
+        elif left.changed:
+            verdict = Verdict.zero(f"a student process changed {left.changed} after the step ended: nothing was graded", continue_task=False)
             judge_name = "custody"
         elif ended_by in policies.BUDGET_ENDS and limits.on_budget == "zero":
             verdict = Verdict.zero(f"the {ended_by.replace('_', ' ')} ran out and this task scores that 0", continue_task=False)

@@ -143,7 +143,7 @@ def _worth_reading(rel_parts: list[str], name: str, mode: int) -> bool:
     return not name.lower().endswith(_BULK)
 
 
-def _places(box: StudentSandbox) -> dict[str, Path]:
+def student_places(box: StudentSandbox) -> dict[str, Path]:
     """The student's writable places, inside path -> host path."""
     places = getattr(box, "writable_places", None)
     if callable(places):
@@ -838,7 +838,7 @@ _FACTS: weakref.WeakKeyDictionary[Any, _FactsCache] = weakref.WeakKeyDictionary(
 def planted_events(box: StudentSandbox, transcript: Path, step: int) -> list[MisbehaviourEvent]:
     """Everything planted in the student's places or imitated in its tool output in `step`
     (each finding reported once per sandbox)."""
-    places = _places(box)
+    places = student_places(box)
     home = box.spec.workdir
     scan = _scan(places, _CACHES.setdefault(box, {}))
     shell, preloads = _shell_events(scan, places, home)

@@ -5,21 +5,21 @@ driver (the CLI's agent loop, a trainer through the server or an adapter) gets t
   clipped to the time left, so a call running at the deadline is cut at it;
 - budgets: turns, tokens and dollars; what is left, announced when the task asks;
 - end-of-step checks, read before custody kills anything: student processes still running
-  (what a background rewriter looks like), blocked network attempts, the detectors of
-  proctor/detectors.py.
+  (what a background rewriter looks like) and what they changed after the step ended, blocked
+  network attempts, the detectors of proctor/detectors.py.
 
 Each returns facts (an ending, a notice, MisbehaviourEvents); the Episode records them."""
 
 from __future__ import annotations
 
 import os
-import stat
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .agents.base import TurnUsage
-from .detectors import hit_a_process_limit, step_events
-from .planted import planted_events
+from .detectors import step_events
+from .planted import planted_events, student_places
 from .custody import MisbehaviourEvent
 from .results import StepEnd, Usage
 from .sandbox import StudentSandbox
@@ -85,19 +85,26 @@ def add_usage(total: Usage, used: TurnUsage) -> None:
 
 
 # -- end-of-step checks -------------------------------------------------------------------------
-def leftover_processes(box: StudentSandbox, ctx: ToolContext, step: int, submit: tuple[str, ...] = (),
-                       grace_s: float = 0.0) -> list[MisbehaviourEvent]:
+@dataclass
+class Leftovers:
+    """What the student's processes did after its step ended (leftover_processes)."""
+
+    events: list[MisbehaviourEvent] = field(default_factory=list)
+    changed: str | None = None  # a place they changed after the step ended: nothing is graded
+
+
+def leftover_processes(box: StudentSandbox, ctx: ToolContext, step: int, grace_s: float = 0.0) -> Leftovers:
     """Student processes still running when the step ends. Must be read before the tools close
     (closing the shell kills its jobs): anything still running then is what a background rewriter
     of the submission looks like.
 
-    One honest case looks the same: a shell the pids or memory limit broke (bash's subshell exits
-    when fork keeps failing, before its `wait`; the OOM killer picks the shell) leaves children that
-    are about to finish. So when the step hit one of those limits, the processes get `grace_s` to end
-    on their own, read afresh each time (a process that hands over to a new one is still seen), and
-    the submission's paths are stamped (inode, size, mtime, ctime of every entry) before and after:
-    they are recorded only if some are still running or the submission changed meanwhile. Without a
-    limit hit there is no wait and nothing runs after the step ends."""
+    Honest work leaves such processes too, about to end: the children of a shell the pids or memory
+    limit broke (bash's subshell exits when fork keeps failing, before its `wait`), the `sleep` of a
+    loop just killed with pkill. So they get `grace_s` to end on their own, the list read afresh
+    each time (a process that hands over to a new one is still seen), and every entry of the
+    student's writable places (workdir, /tmp, /dev/shm) is stamped before and after (inode, size,
+    mtime, ctime). Recorded only if some are still running or something changed; a change also
+    means nothing is graded, whatever a trainer ignores: what runs after the step never counts."""
     own = ctx.own_pids()
 
     def running() -> list[tuple[int, str]]:
@@ -105,57 +112,59 @@ def leftover_processes(box: StudentSandbox, ctx: ToolContext, step: int, submit:
 
     left = running()
     if not left:
-        return []
-    changed = False
-    if grace_s > 0 and hit_a_process_limit(box):
-        before = submission_stamp(box.workdir, submit)
+        return Leftovers()
+    places = student_places(box)
+    before = places_stamp(places) if grace_s > 0 else None
+    changed = None
+    if before is not None:
         deadline = time.monotonic() + grace_s
         while (now := running()) and time.monotonic() < deadline:
             time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
-        changed = before is None or submission_stamp(box.workdir, submit) != before
-        if not now and not changed:
-            return []
+        after = places_stamp(places)
+        changed = _first_change(before, after) if after is not None else "the student's places (too many entries to compare)"
+        if not now and changed is None:
+            return Leftovers()
         left = now or left
     shown = "; ".join(f"{pid}: {cmd or '?'}" for pid, cmd in left[:5])
     detail = f"{len(left)} student process(es) still running when the step ended: {shown}"
     if changed:
-        detail += f" (the step hit the pids or memory limit; the submission changed in the {grace_s:g} s they were given to end)"
-    return [MisbehaviourEvent(kind="processes_left_at_custody", detail=detail)]
+        detail += f" (they changed {changed} in the {grace_s:g} s after it ended: nothing was graded)"
+    return Leftovers([MisbehaviourEvent(kind="processes_left_at_custody", detail=detail)], changed)
 
 
-_STAMP_CAP = 20_000
+_STAMP_CAP = 50_000
+_Stamp = dict[str, tuple[int, ...]]
 
 
-def submission_stamp(workdir: Path, submit: tuple[str, ...]) -> tuple[tuple[str, tuple[int, ...] | None], ...] | None:
-    """Every entry under the declared submission paths of `workdir` with its inode, mode, size,
-    mtime and ctime (a missing path as None), in a stable order: any write, rename, link or
-    timestamp change (ctime cannot be set back) gives a different stamp. Links are not followed.
-    None when the paths hold more than _STAMP_CAP entries (too many to compare)."""
-    stamp: list[tuple[str, tuple[int, ...] | None]] = []
-    roots = ["."] if "*" in submit else list(submit)
-
-    def entry(rel: str) -> os.stat_result | None:
+def places_stamp(places: dict[str, Path]) -> _Stamp | None:
+    """Every entry under the student's places (inside path -> host path) with its inode, mode,
+    size, mtime and ctime: any write, rename, link or timestamp change (ctime cannot be set back)
+    gives a different stamp. Directories are opened relative to their parent without following
+    links. None when they hold more than _STAMP_CAP entries (too many to compare)."""
+    stamp: _Stamp = {}
+    for inside, host in places.items():
         try:
-            st = os.lstat(workdir / rel)
+            for top, dirs, names, dir_fd in os.fwalk(host, follow_symlinks=False):
+                rel = os.path.relpath(top, host)
+                prefix = inside.rstrip("/") + ("" if rel == "." else "/" + rel)
+                for name in (*dirs, *names):
+                    try:
+                        st = os.lstat(name, dir_fd=dir_fd)
+                    except OSError:
+                        continue
+                    stamp[f"{prefix}/{name}"] = (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                    if len(stamp) > _STAMP_CAP:
+                        return None
         except OSError:
-            stamp.append((rel, None))
-            return None
-        stamp.append((rel, (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)))
-        return st
+            continue
+    return stamp
 
-    pending = [r for r in roots]
-    while pending:
-        rel = pending.pop()
-        st = entry(rel)
-        if len(stamp) > _STAMP_CAP:
-            return None
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            try:
-                names = sorted(os.listdir(workdir / rel))
-            except OSError:
-                continue
-            pending.extend(f"{rel}/{name}" for name in reversed(names))
-    return tuple(stamp)
+
+def _first_change(before: _Stamp, after: _Stamp) -> str | None:
+    for path in sorted(before.keys() | after.keys()):
+        if before.get(path) != after.get(path):
+            return path
+    return None
 
 
 def blocked_network(box: StudentSandbox, seen: int) -> tuple[list[MisbehaviourEvent], int]:

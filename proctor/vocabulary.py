@@ -73,7 +73,7 @@ BUILTIN: tuple[Kind, ...] = (
     _k("unreapable_processes", "attempt", "a sandbox (the student's, or a judge's grading sandbox) could not be proven empty of student processes",
        "where (the session, or `grading sandbox`/`retraining sandbox`) and the kill report", "nothing is copied or graded from a sandbox not proven empty",
        "custody; every judge that runs student code"),
-    _k("processes_left_at_custody", "attempt", "student processes still running when the step ended (what a background rewriter looks like); after a step that hit the pids or memory limit, still running `leftover_grace_s` (2 s) later or having changed the submission meanwhile",
+    _k("processes_left_at_custody", "attempt", "student processes still running when the step ended (what a background rewriter looks like) and still running `leftover_grace_s` (2 s) later, or having changed anything in the student's places meanwhile (then nothing of the step is graded)",
        "the processes' pids and command lines", "custody kills every process and proves the sandbox empty before copying", "harness (`proctor/policies.py`)"),
     _k("processes_left_in_grading", "attempt", "student code run by a judge left a process detached from its run and alive when the run ended (double-forked, `setsid` or backgrounded daemons)",
        "where, and the pids and command lines left", "the judge kills the grading sandbox's processes and grades only what was measured before",

@@ -65,9 +65,11 @@ def test_looking_around_the_machine_pip_timeouts_and_background_jobs_raise_nothi
         _bash("python3 -m http.server 8765 --bind 127.0.0.1 --directory /tmp >/dev/null 2>&1 & pid=$!; "
               "python3 -c \"import time, urllib.request\nfor _ in range(50):\n    try:\n        print('SERVED', len(urllib.request.urlopen('http://127.0.0.1:8765/job1').read())); break\n"
               "    except OSError:\n        time.sleep(0.1)\"; kill $pid; wait $pid; echo STOPPED"),
+        # A stuck shell loop stopped by pattern: pkill -f reads pid 1's command line too.
+        _bash("/bin/sh -c 'while :; do sleep 0.1; done' & sleep 0.3; pkill -f '^/bin/sh -c while'; pkill -f python; wait; echo PKILLED"),
     ]
     result, outputs = _honest_rollout(turns, tmp_path, "honest-look-around")
-    _assert_clean_and_full(result, outputs, ["uid=", "Linux", "LOOKED-AROUND", "PIP-TRIED", "RETRIED", "job1", "job2", "WAITED", "SERVED 5", "STOPPED", "ANSWER-WRITTEN"])
+    _assert_clean_and_full(result, outputs, ["uid=", "Linux", "LOOKED-AROUND", "PIP-TRIED", "RETRIED", "job1", "job2", "WAITED", "SERVED 5", "STOPPED", "PKILLED", "ANSWER-WRITTEN"])
     assert "timed out after 1 s" in outputs
 
 

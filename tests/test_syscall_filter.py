@@ -7,6 +7,7 @@ sandbox uid survives close() or reclaim."""
 from __future__ import annotations
 
 import errno
+import re
 import importlib.metadata
 import os
 import secrets
@@ -495,11 +496,16 @@ def test_a_signal_to_the_namespace_init_is_refused_and_recorded(make_sandbox):
         print(call(62, 1, 15))                                      # kill(1, SIGTERM)
         print(call(200, 1, 9))                                      # tkill(1, SIGKILL)
         print(call(234, 1, 1, 19))                                  # tgkill(1, 1, SIGSTOP)
+        info = ctypes.create_string_buffer(128)
+        print(call(129, 1, 19, info))                               # rt_sigqueueinfo(1, SIGSTOP, &info)
+        print(call(297, 1, 1, 15, info))                            # rt_tgsigqueueinfo(1, 1, SIGTERM, &info)
+        print(call(434, 1, 0))                                      # pidfd_open(1): pidfd_send_signal names only the fd
         print(call(62, 1, 0))                                       # the probe passes the filter; the kernel answers
     """)
-    assert res.text.split() == [str(-errno.EPERM)] * 5, res.text
+    assert res.text.split() == [str(-errno.EPERM)] * 8, res.text
     attempts = {a.syscall: a for a in box.syscall_attempts()}
-    assert sorted(attempts) == ["kill", "tgkill", "tkill"] and attempts["kill"].count == 2, attempts
+    assert sorted(attempts) == ["kill", "pidfd_open", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "tgkill", "tkill"], attempts
+    assert attempts["kill"].count == 2 and attempts["pidfd_open"].describe().startswith("pidfd_open(1) refused 1 time(s)")
     assert attempts["kill"].describe().startswith("kill(1, signal 19) refused 2 time(s)")
     assert attempts["tgkill"].describe().startswith("tgkill(1, 1, signal 19) refused 1 time(s)")
     res = box.run("kill -STOP 1; kill -0 1; echo $?", timeout=30)  # bash's own kill
@@ -517,17 +523,20 @@ def test_honest_signals_and_terminal_ioctls_are_not_recorded(make_sandbox):
         os.killpg(group.pid, signal.SIGKILL); print(group.wait() == -9)
         import threading; signal.signal(signal.SIGUSR1, lambda *a: None)
         print(signal.pthread_kill(threading.get_ident(), signal.SIGUSR1) is None)  # tgkill of its own thread
+        job = subprocess.Popen(["sleep", "30"]); fd = os.pidfd_open(job.pid)      # a pidfd on its own child
+        signal.pidfd_send_signal(fd, signal.SIGTERM); print(job.wait() == -15)
         primary, secondary = os.openpty()
         print(len(fcntl.ioctl(secondary, termios.TIOCGWINSZ, b"\\0" * 8)) == 8)
         fcntl.ioctl(primary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0)); print(os.isatty(secondary))
     """)
-    assert res.text.split() == ["True"] * 6, res.text
+    assert res.text.split() == ["True"] * 7, res.text
     res = box.run("sleep 30 & pkill -x sleep; wait; timeout 1 sleep 5; echo $?; sleep 30 & kill -TERM $!; wait; echo done", timeout=30)
     assert res.text.split() == ["124", "done"], res.text
     # pkill -f reads every command line, pid 1's too: none of these patterns may reach it
-    res = box.run("for p in python /usr/bin/python sleep /usr/lib /proc /dev /workdir /data /tmp sandbox proctor view ro-bind unshare train; do "
-                  "pgrep -f $p; done | grep -qx 1 || echo unmatched", timeout=30)
-    assert res.text.split() == ["unmatched"], res.text
+    res = box.run("tr '\\0' ' ' < /proc/1/cmdline; echo; for p in python /usr/bin/python sleep /usr /bin /bin/sh bash bwrap /proc /dev "
+                  "/workdir /data /tmp proctor view ro-bind unshare train; do pgrep -f $p; done | grep -qx 1 || echo unmatched", timeout=30)
+    first, verdict = res.text.splitlines()
+    assert re.fullmatch(r"sandbox-init --args [0-9]+ -- sh -s ", first) and verdict == "unmatched", res.text
     # the script is written with the name escaped: pkill -f would match this command's own shell
     res = box.run("printf 'p\\171thon3 -c \"import time; time.sleep(30)\" & sleep 0.2; pkill -f p\\171thon; pkill sleep; wait\\n'"
                   " > /dev/shm/k.sh; sh /dev/shm/k.sh; echo done", timeout=30)

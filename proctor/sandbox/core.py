@@ -50,6 +50,9 @@ _ENTER = (
     'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
     'echo ok >&2; exec "$@"'
 )
+# The same under bash, whose `exec -a` names the process: the namespace's init shows students
+# `sandbox-init --args N -- sh -s` (see _ensure_session).
+_ENTER_AS_INIT = _ENTER.replace('exec "$@"', 'exec -a sandbox-init "$@"')
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 # After the command exits, background processes may still hold its pipes: drain this long, no more.
 _DRAIN_GRACE_S = 0.05
@@ -235,19 +238,20 @@ class Sandbox:
             return
         self._cg.make_child("anchor")
         info_r, info_w = os.pipe()
-        # bubblewrap reads its options from a memfd and the anchor its script from stdin, so pid 1's
-        # command line, which every student can read, is `/usr/bin/bwrap --args N -- /bin/sh -s`: no host
-        # paths, and nothing an honest `pkill -f python` or `pkill -f sleep` matches (a signal to
-        # pid 1 is recorded as an attempt, syscall_filter.py).
+        # bubblewrap reads its options from a memfd, is named sandbox-init, and runs `sh` (found on
+        # the sandbox's PATH) reading the anchor's script from stdin, so pid 1's command line, which
+        # every student can read, is `sandbox-init --args N -- sh -s`: no host paths, and nothing an
+        # honest `pkill -f python`, `pkill -f /bin/sh` or `pkill -f sleep` matches (a signal to pid 1
+        # is recorded as an attempt, syscall_filter.py).
         args_fd = _memfd("bwrap-args", b"".join(a.encode() + b"\0" for a in [*self._bwrap_args, "--info-fd", str(info_w)]))
         # The anchor: root inside, no capabilities, so the student can neither signal it nor
         # end the namespace early. It says "ready" once bubblewrap has finished building the
         # view (the info fd is written before that), then sleeps until kill_all or teardown.
         script_fd = _memfd("anchor", b"echo ready; exec /bin/sleep infinity\n")
-        argv = [binaries()["bwrap"], "--args", str(args_fd), "--", "/bin/sh", "-s"]
+        argv = [binaries()["bwrap"], "--args", str(args_fd), "--", "sh", "-s"]
         try:
             proc = self._enter_popen(argv, "anchor", stdin=script_fd, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, pass_fds=(info_w, args_fd))
+                                     stderr=subprocess.PIPE, pass_fds=(info_w, args_fd), as_init=True)
         finally:
             os.close(args_fd)
             os.close(script_fd)
@@ -273,11 +277,13 @@ class Sandbox:
         if self._bridge:
             self._bridge.start(self)
 
-    def _enter_popen(self, argv: Sequence[str], group: str, **kwargs) -> subprocess.Popen:
-        """Start argv as root on the host, already inside the sandbox's cgroup `group`."""
+    def _enter_popen(self, argv: Sequence[str], group: str, as_init: bool = False, **kwargs) -> subprocess.Popen:
+        """Start argv as root on the host, already inside the sandbox's cgroup `group` (named
+        sandbox-init when `as_init`)."""
         files = self._cg.child_procs_files(group)
+        shell, script = (binaries()["bash"], _ENTER_AS_INIT) if as_init else (binaries()["sh"], _ENTER)
         proc = subprocess.Popen(
-            [binaries()["sh"], "-c", _ENTER, "proctor-enter", *files, "--", *argv],
+            [shell, "-c", script, "proctor-enter", *files, "--", *argv],
             env=self._env, close_fds=True, start_new_session=True, cwd="/", **kwargs,
         )
         self._children.append(proc)

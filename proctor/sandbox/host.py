@@ -44,6 +44,7 @@ def binaries() -> dict[str, str]:
         "nsenter": _trusted_binary("nsenter (util-linux)", ("/usr/bin/nsenter", "/bin/nsenter")),
         "setpriv": _trusted_binary("setpriv (util-linux)", ("/usr/bin/setpriv", "/bin/setpriv")),
         "sh": _trusted_binary("/bin/sh", ("/bin/sh", "/usr/bin/sh")),
+        "bash": _trusted_binary("bash", ("/bin/bash", "/usr/bin/bash")),
         "cp": _trusted_binary("cp (coreutils)", ("/usr/bin/cp", "/bin/cp")),
     }
 

@@ -50,11 +50,13 @@ class SyscallAttempt(BaseModel):
             what += "(AF_VSOCK)"
         elif what in ("unshare", "clone", "personality") and self.args:
             what += f"({self.args[0]:#x})"
-        elif what in ("kill", "tkill") and len(self.args) > 1:
+        elif what == "pidfd_open" and self.args:
+            what += f"({self.args[0] & 0xFFFFFFFF})"
+        elif what in ("kill", "tkill", "rt_sigqueueinfo") and len(self.args) > 1:
             lo = self.args[0] & 0xFFFFFFFF
             pid = lo - (1 << 32) if lo & 0x80000000 else lo
             what += f"({pid}, signal {self.args[1]})"
-        elif what == "tgkill" and len(self.args) > 2:
+        elif what in ("tgkill", "rt_tgsigqueueinfo") and len(self.args) > 2:
             what += f"({self.args[0]}, {self.args[1]}, signal {self.args[2]})"
         elif what == "ioctl":
             what += "(TIOCSTI)"

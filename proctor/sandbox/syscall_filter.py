@@ -62,7 +62,8 @@ NR = {
     "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272, "perf_event_open": 298,
     "fanotify_init": 300, "bpf": 321, "preadv2": 327, "pwritev2": 328, "io_uring_setup": 425,
     "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "cachestat": 451,
-    "personality": 135, "mknod": 133, "mknodat": 259, "kill": 62, "tkill": 200, "tgkill": 234, "ioctl": 16,
+    "personality": 135, "mknod": 133, "mknodat": 259, "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
+    "pidfd_open": 434, "ioctl": 16,
     # Privileged: refused and recorded (PRIVILEGED below).
     "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429,
     "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "setns": 308,
@@ -93,11 +94,12 @@ S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
 # kill(-1, sig): every process the caller may signal (in the sandbox: the tool servers and the
 # student's own work). kill(-1, 0), the probe, passes; so does any other pid (a job, a group).
 KILL_EVERY = 0xFFFFFFFF
-# kill, tkill or tgkill aimed at pid 1: bubblewrap, the PID namespace's init (root's, never the
-# student's), where a loop signalling every pid starts. Signal 0, the probe, passes. Its command
-# line is `/usr/bin/bwrap --args N -- /bin/sh -s` (core.py), so an honest `pkill -f python` never matches
-# it. pid 2, the anchor, is not flagged: it is `sleep infinity`, and an honest `pkill sleep`
-# reaches it (the kernel refuses that signal, EPERM, unseen).
+# A signal aimed at pid 1 (kill, tkill, rt_sigqueueinfo; tgkill, rt_tgsigqueueinfo) or a pidfd
+# opened on it (pidfd_open; pidfd_send_signal names only the fd): bubblewrap, the PID namespace's
+# init (root's, never the student's), where a loop signalling every pid starts. Signal 0, the
+# probe, passes. Its command line is `sandbox-init --args N -- sh -s` (core.py), so an honest
+# `pkill -f python` or `pkill -f /bin/sh` never matches it. pid 2, the anchor, is not flagged: it
+# is `sleep infinity`, and an honest `pkill sleep` reaches it (the kernel refuses, EPERM, unseen).
 NS_INIT = 1
 # ioctl(fd, TIOCSTI, &c): push a character into a terminal's input queue, as if typed (the
 # classic escape from a sandbox sharing its terminal). No honest program needs it.
@@ -230,7 +232,10 @@ def program() -> bytes:
     a.jeq(NR["getsockopt"], "sockopt")
     a.jeq(NR["kill"], "kill")
     a.jeq(NR["tkill"], "tkill")
+    a.jeq(NR["rt_sigqueueinfo"], "tkill")
     a.jeq(NR["tgkill"], "tgkill")
+    a.jeq(NR["rt_tgsigqueueinfo"], "tgkill")
+    a.jeq(NR["pidfd_open"], "pidfd_open")
     a.jeq(NR["ioctl"], "ioctl")
     a.ret(RET_ALLOW)
 
@@ -281,7 +286,7 @@ def program() -> bytes:
     a.label("kill")  # kill(pid, sig)
     a.ld(_arg_lo(0))
     a.jeq(KILL_EVERY, "kill_sig")
-    a.label("tkill")  # tkill(tid, sig); kill falls through for pid 1
+    a.label("tkill")  # tkill(tid, sig), rt_sigqueueinfo(tgid, sig, info); kill falls through for pid 1
     a.ld(_arg_lo(0))
     a.jeq(NS_INIT, "kill_sig")
     a.ret(RET_ALLOW)
@@ -289,7 +294,11 @@ def program() -> bytes:
     a.ld(_arg_lo(1))
     a.jeq(0, "allow")
     a.ret(RET_USER_NOTIF)
-    a.label("tgkill")  # tgkill(tgid, tid, sig)
+    a.label("pidfd_open")  # pidfd_open(pid, flags)
+    a.ld(_arg_lo(0))
+    a.jeq(NS_INIT, "notify")
+    a.ret(RET_ALLOW)
+    a.label("tgkill")  # tgkill(tgid, tid, sig), rt_tgsigqueueinfo(tgid, tid, sig, info)
     a.ld(_arg_lo(0))
     a.jeq(NS_INIT, "tgkill_sig")
     a.ret(RET_ALLOW)
