@@ -135,3 +135,53 @@ def test_a_closed_sandbox_leaves_no_zombie_in_the_harness(request, runtime):
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_root_corpse_reparented_to_the_harness_is_reaped_so_the_namespace_can_end(confinement):
+    """What a command killed half-way through its start leaves (nsenter's child in the sandbox's
+    PID namespace, still root, orphaned to the harness): a corpse only the harness can reap, and
+    until it does the namespace's init cannot finish exiting. Built here from a real PID
+    namespace, nsenter and SIGKILL, exactly as the sandbox's session is entered."""
+    import os
+    import signal
+    import subprocess
+
+    from proctor.sandbox.host import binaries
+    from proctor.sandbox.reaper import become_subreaper, reap_own_in_pidns
+
+    become_subreaper()
+    outer = subprocess.Popen(["unshare", "--pid", "--fork", "/bin/sleep", "1000"])
+    try:
+        end = time.monotonic() + 10
+        while not (init := [p for p in procfs.own_children() if procfs.ppid_of(p) == outer.pid] or
+                   [p for p in procfs.pids() if procfs.ppid_of(p) == outer.pid]) and time.monotonic() < end:
+            time.sleep(0.01)
+        init_pid = init[0]
+        ns = procfs.pidns_of(init_pid)
+        entered = subprocess.Popen([binaries()["nsenter"], "-t", str(init_pid), "-p", "--", "/bin/sleep", "1000"])
+        end = time.monotonic() + 10
+        while not (child := [p for p in procfs.pids() if procfs.ppid_of(p) == entered.pid]) and time.monotonic() < end:
+            time.sleep(0.01)
+        child_pid = child[0]
+        assert procfs.pidns_of(child_pid) == ns and procfs.uids_of(child_pid)[0] == 0
+        entered.kill()  # the start cut short: nsenter gone, its child orphaned to us
+        entered.wait()
+        end = time.monotonic() + 5
+        while procfs.ppid_of(child_pid) != os.getpid() and time.monotonic() < end:
+            time.sleep(0.01)
+        assert procfs.ppid_of(child_pid) == os.getpid()
+        os.kill(child_pid, signal.SIGKILL)
+        os.kill(init_pid, signal.SIGKILL)
+        end = time.monotonic() + 5
+        while not procfs.is_zombie(child_pid) and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert os.path.exists(f"/proc/{init_pid}"), "the init ended without the corpse reaped: the case is not reproduced"
+        assert outer.poll() is None
+        reap_own_in_pidns(ns)
+        assert not os.path.exists(f"/proc/{child_pid}")
+        assert outer.wait(timeout=5) is not None  # the init finished exiting, so unshare did
+    finally:
+        if outer.poll() is None:
+            outer.kill()
+            outer.wait()

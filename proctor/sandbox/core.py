@@ -34,7 +34,7 @@ from .backend import ProcessInfo, RuntimeName, SandboxUsage
 from .models import ConfinementReport, ExecResult, KillReport, ResourceUsage, SandboxSpec
 from .native import helper
 from .network import NetworkBridge, guard_loopback, net_counters
-from .reaper import become_subreaper, kill_members, kill_pids, reap_orphans, reap_until_empty
+from .reaper import become_subreaper, kill_members, kill_pids, reap_orphans, reap_own_in_pidns, reap_until_empty
 from .runtime import default_runtime
 from .syscall_attempts import SyscallAttempt, SyscallRecorder
 from .uids import UidLease, lease_uid
@@ -404,6 +404,8 @@ class Sandbox:
             if proc.poll() is not None:
                 self._children.remove(proc)
         reap_orphans(self.uid)
+        if self._pidns is not None:
+            reap_own_in_pidns(self._pidns)  # a command killed half-way through its start
         # The namespace's init (bubblewrap's child, the anchor) is reparented to the harness, a
         # subreaper, once the outer bubblewrap is killed: its corpse is ours to reap, or every
         # sandbox would leave one zombie behind in a long-lived harness.

@@ -10,6 +10,23 @@ def pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
+def own_children() -> list[int]:
+    """This process's children (every thread's), from /proc/self/task/*/children: a few small
+    reads instead of a scan of the whole process table."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                found += [int(p) for p in f.read().split()]
+        except (OSError, ValueError):
+            continue  # the thread ended since it was listed
+    return found
+
+
 def _status_field(pid: int, field: bytes) -> bytes | None:
     """The value of one line of /proc/PID/status (b"Uid:", b"PPid:"); None if it is gone. One
     os.read of the head of the file: the fields asked for are all in its first lines, and the only

@@ -76,6 +76,21 @@ def reap_orphans(uid: int) -> None:
                 pass
 
 
+def reap_own_in_pidns(pidns: int) -> None:
+    """Reap corpses in the PID namespace `pidns` that were reparented to us. A command killed
+    half-way through its start leaves nsenter's child there, still root (the drop to the
+    student's uid comes last), reparented to the harness (a subreaper) once nsenter is gone: the
+    namespace's init cannot finish exiting until that corpse is reaped, and reap_orphans, which
+    looks at the student's uid, never sees it. Only this process's own children are touched,
+    and only those inside `pidns`: never a Popen of the harness (those live in its namespace)."""
+    for pid in procfs.own_children():
+        if procfs.is_zombie(pid) and procfs.pidns_of(pid) == pidns:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
 def kill_uid(uid: int, deadline_s: float = 5.0) -> bool:
     """SIGKILL every process running as `uid`; True once none is left (zombies aside)."""
     end = time.monotonic() + deadline_s
