@@ -384,19 +384,35 @@ class Sandbox:
             raise SandboxError(f"sandbox {self.id}: could not start a command in its cgroup: {rest.decode(errors='replace').strip()!r}")
 
     def _kill_group(self, group: str) -> None:
-        """Freeze, kill and thaw one command's cgroup until it is empty."""
+        """Kill one command's cgroup until it is read empty.
+
+        A group read empty is done for good: only the harness moves a process into it, and only a
+        member can fork a new one. The first round kills without freezing (an idle shell, a
+        command that exited leaving a sleeper: the usual case, and freezing is the slow part on
+        cgroup v1); from the second round on each round freezes the group first, so members read
+        while none can fork each get SIGKILL, and a fork bomb cannot outrun it. After each round
+        the group is watched for a few ms while the killed members exit."""
         end = time.monotonic() + 5.0
+        first = True
         while True:
-            try:
-                self._cg.freeze(group)
-            except TimeoutError:
-                pass
             pids = self._cg.child_pids(group)
-            kill_pids(pids)
-            self._cg.thaw(group)
             if not pids or time.monotonic() > end:
                 return
-            time.sleep(0.001)
+            frozen = False
+            if not first:
+                try:
+                    self._cg.freeze(group)
+                    frozen = True
+                except TimeoutError:
+                    pass
+                pids = self._cg.child_pids(group)
+            kill_pids(pids)
+            if frozen:
+                self._cg.thaw(group)
+            first = False
+            settle = time.monotonic() + 0.01
+            while self._cg.child_pids(group) and time.monotonic() < settle:
+                time.sleep(0.0002)
 
     # -- ending ------------------------------------------------------------------------------------
     def _reap_children(self) -> None:
