@@ -52,7 +52,7 @@ def _script(task) -> Script:
 @contextlib.contextmanager
 def _detectors_off():
     saved = {name: getattr(policies, name) for name in DETECTORS}
-    policies.leftover_processes = lambda box, ctx, step: []
+    policies.leftover_processes = lambda *a, **k: policies.Leftovers()
     policies.blocked_network = lambda box, seen: ([], seen)
     policies.detected = lambda *a, **k: []
     policies.forbidden_syscalls = lambda box: []
@@ -87,7 +87,7 @@ def _detector_times(task, script, env, out, reps: int) -> dict:
         ep.step(Action(tool=turn.tool, arguments=dict(turn.arguments)))
     box, ctx, path = ep.box, ep._ctx, ep.transcript.path
     calls = {
-        "leftover_processes": lambda: policies.leftover_processes(box, ctx, 0),
+        "leftover_processes": lambda: policies.leftover_processes(box, ctx, 0).events,
         "blocked_network": lambda: policies.blocked_network(box, 0),
         "detected": lambda: policies.detected(box, task, 0, path, ep.env_dir, ep.run_dir),
         "forbidden_syscalls": lambda: policies.forbidden_syscalls(box),

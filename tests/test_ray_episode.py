@@ -89,7 +89,7 @@ def test_an_episode_stepped_from_the_driver_runs_on_a_ray_actor_and_comes_back_w
         step = ep.step({"tool": "bash", "arguments": {"command": SOLVE}})
         assert "37087" in step.observation.text and not step.done
         [host] = _hosts()
-        assert any(c.startswith("/usr/bin/bwrap") for c in _descendants(host))  # the sandbox is the actor's
+        assert any(c.startswith("sandbox-init") for c in _descendants(host))  # the sandbox is the actor's
         assert ep.state().turns == 1
         last = ep.step({"tool": "submit", "arguments": {}})
         assert last.done and last.reward == 1.0
@@ -99,9 +99,9 @@ def test_an_episode_stepped_from_the_driver_runs_on_a_ray_actor_and_comes_back_w
     events = [json.loads(line)["type"] for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
     assert events[0] == "rollout_start" and "tool_result" in events and "score" in events
     deadline = time.monotonic() + 30
-    while any(c.startswith("/usr/bin/bwrap") for c in _descendants(host)) and time.monotonic() < deadline:
+    while any(c.startswith("sandbox-init") for c in _descendants(host)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(c.startswith("/usr/bin/bwrap") for c in _descendants(host))  # the sandbox went with the rollout
+    assert not any(c.startswith("sandbox-init") for c in _descendants(host))  # the sandbox went with the rollout
 
 
 def test_the_next_episode_reuses_the_idle_actor_but_never_sees_the_previous_sandbox(cluster, env, tmp_path):
@@ -116,7 +116,7 @@ def test_the_next_episode_reuses_the_idle_actor_but_never_sees_the_previous_sand
     second.reset("q3-revenue")
     seen = second.step({"tool": "bash", "arguments": {"command": "ls /tmp /workdir; ps -eo args"}}).observation.text
     assert "planted" not in seen and "sleep 300" not in seen, seen
-    assert host in _hosts() and any(c.startswith("/usr/bin/bwrap") for c in _descendants(host))  # the same actor
+    assert host in _hosts() and any(c.startswith("sandbox-init") for c in _descendants(host))  # the same actor
     assert not any(c.startswith("sleep 300") for c in _descendants(host))
     second.close()
 
