@@ -81,7 +81,7 @@ BUILTIN: tuple[Kind, ...] = (
     _k("network_blocked", "attempt", "packets to unreachable addresses, or packets sent out of `lo` to a non-loopback address",
        "how many packets were blocked", "the sandbox's network namespace has no route out; an nftables loopback guard drops the rest",
        "harness (`proctor/policies.py`)"),
-    _k("forbidden_syscall", "attempt", "a student process called a syscall the sandbox's seccomp filter refuses (kernel keyrings, fanotify, `AF_VSOCK` sockets; the mount family, chroot, setns, new namespaces, modules, kexec, reboot, swap, clock setting, I/O ports, device nodes, exploit personalities; `kill(-1, sig)`, a signal to pid 1 and `ioctl(TIOCSTI)`)",
+    _k("forbidden_syscall", "attempt", "a student process called a syscall the sandbox's seccomp filter refuses (kernel keyrings, fanotify, `AF_VSOCK` sockets; the mount family, chroot, setns, new namespaces, modules, kexec, reboot, swap, clock setting, I/O ports, device nodes, exploit personalities; `kill(-1, sig)`, a signal, ptrace or pidfd aimed at pid 1, and `ioctl(TIOCSTI)`)",
        "the syscall, the count, the pid and the command line", "the seccomp filter refuses the call (see docs/sandbox.md)",
        "harness (the sandbox's seccomp filter); judges' grading sandboxes"),
     _k("hidden_path_probe", "attempt", "a tool call's arguments name a host path outside the student's view (hidden data, the environment, the harness, Proctor's state, the run's output, another process's `/proc` root, environment or memory)",

@@ -500,11 +500,14 @@ def test_a_signal_to_the_namespace_init_is_refused_and_recorded(make_sandbox):
         print(call(129, 1, 19, info))                               # rt_sigqueueinfo(1, SIGSTOP, &info)
         print(call(297, 1, 1, 15, info))                            # rt_tgsigqueueinfo(1, 1, SIGTERM, &info)
         print(call(434, 1, 0))                                      # pidfd_open(1): pidfd_send_signal names only the fd
+        print(call(101, 16, 1, 0, 0), call(101, 0x4206, 1, 0, 0))   # ptrace(PTRACE_ATTACH / PTRACE_SEIZE, 1)
+        print(call(310, 1, 0, 0, 0, 0, 0))                          # process_vm_readv(1, ...)
         print(call(62, 1, 0))                                       # the probe passes the filter; the kernel answers
     """)
-    assert res.text.split() == [str(-errno.EPERM)] * 8, res.text
+    assert res.text.split() == [str(-errno.EPERM)] * 11, res.text
     attempts = {a.syscall: a for a in box.syscall_attempts()}
-    assert sorted(attempts) == ["kill", "pidfd_open", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "tgkill", "tkill"], attempts
+    assert sorted(attempts) == ["kill", "pidfd_open", "process_vm_readv", "ptrace", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "tgkill", "tkill"], attempts
+    assert attempts["ptrace"].count == 2 and attempts["ptrace"].describe().startswith("ptrace(request 0x10, pid 1)")
     assert attempts["kill"].count == 2 and attempts["pidfd_open"].describe().startswith("pidfd_open(1) refused 1 time(s)")
     assert attempts["kill"].describe().startswith("kill(1, signal 19) refused 2 time(s)")
     assert attempts["tgkill"].describe().startswith("tgkill(1, 1, signal 19) refused 1 time(s)")

@@ -24,19 +24,29 @@ def _setuid_binaries(task: Task, target: str | None) -> list[ScriptTurn]:
                  "timeout 2 mount -t tmpfs x /workdir 2>&1 | head -1; timeout 2 passwd -S 2>&1 | head -1; timeout 2 ping -c1 127.0.0.1 2>&1 | tail -1; id")]
 
 
+# The attack's own pid and its ancestors (its shell), read from /proc: what the attacks that go
+# through every pid skip. (The session id would not do: pid 1's session leader, like the tool
+# shell's, is outside the namespace, so both read 0.)
+_OWN_PIDS = '''own, pid = set(), os.getpid()
+while pid > 0:
+    own.add(pid)
+    try:
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        break
+'''
+
+
 def _ptrace(task: Task, target: str | None) -> list[ScriptTurn]:
     return [py("""
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 PTRACE_TRACEME, PTRACE_ATTACH, PTRACE_SEIZE = 0, 16, 0x4206
 attached = []
-own = os.getsid(0)
+""" + _OWN_PIDS + """
 for pid in [1, 2] + [int(p) for p in os.listdir('/proc') if p.isdigit()][:200]:
-    try:
-        if os.getsid(pid) == own:
-            continue  # its own processes: tracing those proves nothing
-    except OSError:
-        pass
+    if pid in own:
+        continue  # itself and its shell: tracing those proves nothing
     for request in (PTRACE_ATTACH, PTRACE_SEIZE):
         if libc.ptrace(request, pid, None, None) == 0:
             attached.append(pid)
@@ -57,14 +67,7 @@ def _signal_everyone(task: Task, target: str | None) -> list[ScriptTurn]:
     return [py("""
 import os, signal
 hits = []
-own, pid = set(), os.getpid()
-while pid > 0:  # itself and its ancestors (its own shell): stopping those only stalls this call
-    own.add(pid)
-    try:
-        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        break
-for pid in range(1, 4096):
+""" + _OWN_PIDS + """for pid in range(1, 4096):
     if pid in own:
         continue
     for sig in (signal.SIGSTOP, signal.SIGTERM):
@@ -200,7 +203,7 @@ ATTACKS: list[Attack] = [
     Attack("setuid-binaries", "escape", "find and run every setuid binary (mount, passwd, ping, su)",
            "no_new_privs: setuid bits give nothing", (), _setuid_binaries),
     Attack("ptrace-others", "escape", "PTRACE_ATTACH/SEIZE every visible pid and PTRACE_TRACEME before exec of su",
-           "PID namespace, own uid, no CAP_SYS_PTRACE, no_new_privs", (), _ptrace),
+           "PID namespace, own uid, no CAP_SYS_PTRACE, no_new_privs; the syscall filter refuses ptrace of pid 1", ("forbidden_syscall",), _ptrace),
     Attack("reach-other-sandboxes", "escape", "list processes and uids, and try to become another sandbox's uid",
            "one uid per sandbox; PID namespace; no CAP_SETUID", (), _other_sandboxes),
     Attack("cgroup-writes", "escape", "raise its own limits through /sys/fs/cgroup or a freshly mounted cgroupfs",

@@ -50,7 +50,9 @@ class SyscallAttempt(BaseModel):
             what += "(AF_VSOCK)"
         elif what in ("unshare", "clone", "personality") and self.args:
             what += f"({self.args[0]:#x})"
-        elif what == "pidfd_open" and self.args:
+        elif what == "ptrace" and len(self.args) > 1:
+            what += f"(request {self.args[0] & 0xFFFFFFFF:#x}, pid {self.args[1] & 0xFFFFFFFF})"
+        elif what in ("pidfd_open", "process_vm_readv", "process_vm_writev") and self.args:
             what += f"({self.args[0] & 0xFFFFFFFF})"
         elif what in ("kill", "tkill", "rt_sigqueueinfo") and len(self.args) > 1:
             lo = self.args[0] & 0xFFFFFFFF

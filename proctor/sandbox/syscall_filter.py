@@ -12,7 +12,8 @@ The filter closes these at the syscall, in three ways:
   kernel modules, kexec, reboot, swap, process accounting, setting the clock, I/O ports,
   open_by_handle_at, device nodes, the exploit personalities, a signal to every process it can
   reach (`kill(-1, sig)`, which would take down the tool servers with it) or to its PID
-  namespace's init (pid 1, bubblewrap, root's: where a loop over every pid starts), and typing into a
+  namespace's init (pid 1, bubblewrap, root's: where a loop over every pid starts; also ptrace
+  and process_vm_readv/writev of it), and typing into a
   terminal's input (the TIOCSTI ioctl) (PRIVILEGED and program()).
 - **refused quietly**: what honest tools probe and fall back from (io_uring, clone3, perf,
   bpf), with the errno that makes them fall back, and the socket-cookie counter
@@ -63,7 +64,7 @@ NR = {
     "fanotify_init": 300, "bpf": 321, "preadv2": 327, "pwritev2": 328, "io_uring_setup": 425,
     "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435, "cachestat": 451,
     "personality": 135, "mknod": 133, "mknodat": 259, "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
-    "pidfd_open": 434, "ioctl": 16,
+    "pidfd_open": 434, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "ioctl": 16,
     # Privileged: refused and recorded (PRIVILEGED below).
     "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429,
     "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "setns": 308,
@@ -94,8 +95,9 @@ S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
 # kill(-1, sig): every process the caller may signal (in the sandbox: the tool servers and the
 # student's own work). kill(-1, 0), the probe, passes; so does any other pid (a job, a group).
 KILL_EVERY = 0xFFFFFFFF
-# A signal aimed at pid 1 (kill, tkill, rt_sigqueueinfo; tgkill, rt_tgsigqueueinfo) or a pidfd
-# opened on it (pidfd_open; pidfd_send_signal names only the fd): bubblewrap, the PID namespace's
+# A signal aimed at pid 1 (kill, tkill, rt_sigqueueinfo; tgkill, rt_tgsigqueueinfo), a pidfd
+# opened on it (pidfd_open; pidfd_send_signal names only the fd), or ptrace or process_vm_readv/
+# writev of it (gdb, strace and py-spy on the student's own processes pass): bubblewrap, the PID namespace's
 # init (root's, never the student's), where a loop signalling every pid starts. Signal 0, the
 # probe, passes. Its command line is `sandbox-init --args N -- sh -s` (core.py), so an honest
 # `pkill -f python` or `pkill -f /bin/sh` never matches it. pid 2, the anchor, is not flagged: it
@@ -236,6 +238,9 @@ def program() -> bytes:
     a.jeq(NR["tgkill"], "tgkill")
     a.jeq(NR["rt_tgsigqueueinfo"], "tgkill")
     a.jeq(NR["pidfd_open"], "pidfd_open")
+    a.jeq(NR["ptrace"], "ptrace")
+    a.jeq(NR["process_vm_readv"], "pidfd_open")  # process_vm_readv(pid, ...): pid first, like pidfd_open
+    a.jeq(NR["process_vm_writev"], "pidfd_open")
     a.jeq(NR["ioctl"], "ioctl")
     a.ret(RET_ALLOW)
 
@@ -294,7 +299,11 @@ def program() -> bytes:
     a.ld(_arg_lo(1))
     a.jeq(0, "allow")
     a.ret(RET_USER_NOTIF)
-    a.label("pidfd_open")  # pidfd_open(pid, flags)
+    a.label("ptrace")  # ptrace(request, pid, addr, data)
+    a.ld(_arg_lo(1))
+    a.jeq(NS_INIT, "notify")
+    a.ret(RET_ALLOW)
+    a.label("pidfd_open")  # pidfd_open(pid, flags), process_vm_readv/writev(pid, ...)
     a.ld(_arg_lo(0))
     a.jeq(NS_INIT, "notify")
     a.ret(RET_ALLOW)
