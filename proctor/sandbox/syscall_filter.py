@@ -206,6 +206,20 @@ class _Asm:
         return b"".join(out)
 
 
+def _aimed_at_init(a: _Asm, label: str, pid: int, sig: int | None = None) -> None:
+    """The rule `label`: refer the call when its argument `pid` is NS_INIT (and, given `sig`, that
+    argument is a signal, not the probe 0); otherwise allow it."""
+    a.label(label)
+    a.ld(_arg_lo(pid))
+    a.jeq(NS_INIT, "notify" if sig is None else f"{label}_sig")
+    a.ret(RET_ALLOW)
+    if sig is not None:
+        a.label(f"{label}_sig")
+        a.ld(_arg_lo(sig))
+        a.jeq(0, "allow")
+        a.ret(RET_USER_NOTIF)
+
+
 def program() -> bytes:
     """The filter, as the bytes of a `struct sock_filter` array."""
     a = _Asm([])
@@ -288,33 +302,13 @@ def program() -> bytes:
     a.jeq(S_IFBLK, "notify")
     a.ret(RET_ALLOW)
 
-    a.label("kill")  # kill(pid, sig)
+    a.label("kill")  # kill(pid, sig): -1 here, pid 1 in tkill's rule it falls through to
     a.ld(_arg_lo(0))
-    a.jeq(KILL_EVERY, "kill_sig")
-    a.label("tkill")  # tkill(tid, sig), rt_sigqueueinfo(tgid, sig, info); kill falls through for pid 1
-    a.ld(_arg_lo(0))
-    a.jeq(NS_INIT, "kill_sig")
-    a.ret(RET_ALLOW)
-    a.label("kill_sig")
-    a.ld(_arg_lo(1))
-    a.jeq(0, "allow")
-    a.ret(RET_USER_NOTIF)
-    a.label("ptrace")  # ptrace(request, pid, addr, data)
-    a.ld(_arg_lo(1))
-    a.jeq(NS_INIT, "notify")
-    a.ret(RET_ALLOW)
-    a.label("pidfd_open")  # pidfd_open(pid, flags), process_vm_readv/writev(pid, ...)
-    a.ld(_arg_lo(0))
-    a.jeq(NS_INIT, "notify")
-    a.ret(RET_ALLOW)
-    a.label("tgkill")  # tgkill(tgid, tid, sig), rt_tgsigqueueinfo(tgid, tid, sig, info)
-    a.ld(_arg_lo(0))
-    a.jeq(NS_INIT, "tgkill_sig")
-    a.ret(RET_ALLOW)
-    a.label("tgkill_sig")
-    a.ld(_arg_lo(2))
-    a.jeq(0, "allow")
-    a.ret(RET_USER_NOTIF)
+    a.jeq(KILL_EVERY, "tkill_sig")
+    _aimed_at_init(a, "tkill", pid=0, sig=1)  # tkill(tid, sig), rt_sigqueueinfo(tgid, sig, info)
+    _aimed_at_init(a, "ptrace", pid=1)  # ptrace(request, pid, addr, data)
+    _aimed_at_init(a, "pidfd_open", pid=0)  # pidfd_open(pid, flags), process_vm_readv/writev(pid, ...)
+    _aimed_at_init(a, "tgkill", pid=0, sig=2)  # tgkill(tgid, tid, sig), rt_tgsigqueueinfo(tgid, tid, sig, info)
     a.label("ioctl")  # ioctl(fd, request, arg): the request is an unsigned int
     a.ld(_arg_lo(1))
     a.jeq(TIOCSTI, "notify")
