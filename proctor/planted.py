@@ -58,6 +58,8 @@ proctor/vocabulary.py."""
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
 import json
 import os
 import re
@@ -169,50 +171,55 @@ def _read(dir_fd: int, name: str, size: int) -> bytes | None:
         os.close(fd)
 
 
+def walk_places(places: dict[str, Path]) -> Iterator[tuple[str, list[str], list[str], list[str], int]]:
+    """Each directory under the places (inside path -> host path), without following links:
+    its inside path, its parts below the place, its subdirectories (clear the list to prune),
+    its other entries and an fd of it to open them relative to. A directory that cannot be read
+    is skipped (os.fwalk's way)."""
+    for inside_root, host_root in places.items():
+        try:
+            for top, dirs, names, dir_fd in os.fwalk(host_root, follow_symlinks=False):
+                rel = os.path.relpath(top, host_root)
+                rel_parts = [] if rel == "." else rel.split("/")
+                yield inside_root.rstrip("/") + "".join(f"/{p}" for p in rel_parts), rel_parts, dirs, names, dir_fd
+        except OSError:
+            continue
+
+
 def _scan(places: dict[str, Path], cache: _Cache | None = None, max_depth: int = MAX_DEPTH) -> _Scan:
     scan = _Scan()
     cache = {} if cache is None else cache
     fresh: _Cache = {}
     count = 0
-    for inside_root, host_root in places.items():
-        host_root = Path(host_root)
-        try:
-            walker = os.fwalk(host_root, follow_symlinks=False)
-            for top, dirs, names, dir_fd in walker:
-                rel = os.path.relpath(top, host_root)
-                depth = 0 if rel == "." else rel.count("/") + 1
-                if depth >= max_depth or _pruned(rel.split("/") if rel != "." else []):
-                    dirs[:] = []
-                inside_dir = inside_root.rstrip("/") + ("" if rel == "." else "/" + rel)
-                rel_parts = [] if rel == "." else rel.split("/")
-                for name in names:
-                    count += 1
-                    if count > MAX_ENTRIES:
-                        scan.truncated = True
-                        cache.clear()
-                        cache.update(fresh)
-                        return scan
-                    try:
-                        st = os.lstat(name, dir_fd=dir_fd)
-                    except OSError:
-                        continue
-                    inside = f"{inside_dir}/{name}"
-                    if stat.S_ISLNK(st.st_mode):
-                        try:
-                            link = os.readlink(name, dir_fd=dir_fd)
-                        except OSError:
-                            continue
-                        scan.files[inside] = _File(inside, None, st.st_mode, link)
-                    elif stat.S_ISREG(st.st_mode):
-                        data, key = None, None
-                        if _worth_reading(rel_parts, name, st.st_mode):
-                            key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                            known = cache.get(inside)
-                            data = known[1] if known is not None and known[0] == key else _read(dir_fd, name, st.st_size)
-                            fresh[inside] = (key, data)
-                        scan.files[inside] = _File(inside, data, st.st_mode, key=key if data is not None else None)
-        except OSError:
-            continue
+    for inside_dir, rel_parts, dirs, names, dir_fd in walk_places(places):
+        if len(rel_parts) >= max_depth or _pruned(rel_parts):
+            dirs[:] = []
+        for name in names:
+            count += 1
+            if count > MAX_ENTRIES:
+                scan.truncated = True
+                cache.clear()
+                cache.update(fresh)
+                return scan
+            try:
+                st = os.lstat(name, dir_fd=dir_fd)
+            except OSError:
+                continue
+            inside = f"{inside_dir}/{name}"
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    link = os.readlink(name, dir_fd=dir_fd)
+                except OSError:
+                    continue
+                scan.files[inside] = _File(inside, None, st.st_mode, link)
+            elif stat.S_ISREG(st.st_mode):
+                data, key = None, None
+                if _worth_reading(rel_parts, name, st.st_mode):
+                    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                    known = cache.get(inside)
+                    data = known[1] if known is not None and known[0] == key else _read(dir_fd, name, st.st_size)
+                    fresh[inside] = (key, data)
+                scan.files[inside] = _File(inside, data, st.st_mode, key=key if data is not None else None)
     cache.clear()
     cache.update(fresh)
     return scan
@@ -227,6 +234,11 @@ def _is_success_code(args: list[ast.expr]) -> bool:
     return isinstance(arg, ast.Constant) and arg.value in (0, None, False)
 
 
+def _call_name(func: ast.expr) -> str:
+    """The name a call is made by: `f` in `f(...)` and `m.f(...)`; "" for anything else."""
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
 def _exits(node: ast.AST, depth: int = 3) -> bool:
     """Whether `node` (a statement or expression) ends the process with success, also through
     code it execs that is written out in it (`exec("import os; os._ex" + "it(0)")`, base64 or hex
@@ -234,7 +246,7 @@ def _exits(node: ast.AST, depth: int = 3) -> bool:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Call):
             func = sub.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            name = _call_name(func)
             owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else ""
             if name in ("exec", "eval") and owner in ("", "builtins") and sub.args and depth > 0:
                 code = _code_text(sub.args[0])
@@ -279,9 +291,6 @@ def _code_text(node: ast.expr) -> bytes | None:
     if isinstance(node, ast.Call) and len(node.args) == 1 and isinstance(node.func, ast.Attribute):
         inner = _folded(node.args[0])
         if isinstance(inner, (str, bytes)) and len(inner) <= MAX_FILE_BYTES:
-            import base64
-            import binascii
-
             try:
                 if node.func.attr in ("b64decode", "standard_b64decode", "urlsafe_b64decode"):
                     return base64.b64decode(inner, altchars=b"-_" if node.func.attr.startswith("urlsafe") else None)
@@ -333,7 +342,7 @@ def _exits_first(body: list[ast.stmt]) -> bool:
             continue
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             func = stmt.value.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            name = _call_name(func)
             if name in ("print", "write", "flush") and all(isinstance(a, ast.Constant) for a in stmt.value.args):
                 continue
         return False
@@ -434,7 +443,7 @@ def _updates_fields(call: ast.Call) -> bool:
 def _new_passed_report(call: ast.Call) -> bool:
     """A report made up on the spot with outcome "passed" (`TestReport(nodeid, location, {}, "passed", ...)`)."""
     func = call.func
-    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    name = _call_name(func)
     if not name.endswith("Report"):
         return False
     return any(_folded(a) == "passed" for a in call.args) or any(k.arg == "outcome" and _folded(k.value) == "passed" for k in call.keywords)

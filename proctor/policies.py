@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .agents.base import TurnUsage
 from .detectors import step_events
-from .planted import planted_events, student_places
+from .planted import planted_events, student_places, walk_places
 from .custody import MisbehaviourEvent
 from .results import StepEnd, Usage
 from .sandbox import StudentSandbox
@@ -142,21 +142,15 @@ def places_stamp(places: dict[str, Path]) -> _Stamp | None:
     gives a different stamp. Directories are opened relative to their parent without following
     links. None when they hold more than _STAMP_CAP entries (too many to compare)."""
     stamp: _Stamp = {}
-    for inside, host in places.items():
-        try:
-            for top, dirs, names, dir_fd in os.fwalk(host, follow_symlinks=False):
-                rel = os.path.relpath(top, host)
-                prefix = inside.rstrip("/") + ("" if rel == "." else "/" + rel)
-                for name in (*dirs, *names):
-                    try:
-                        st = os.lstat(name, dir_fd=dir_fd)
-                    except OSError:
-                        continue
-                    stamp[f"{prefix}/{name}"] = (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                    if len(stamp) > _STAMP_CAP:
-                        return None
-        except OSError:
-            continue
+    for inside_dir, _, dirs, names, dir_fd in walk_places(places):
+        for name in (*dirs, *names):
+            try:
+                st = os.lstat(name, dir_fd=dir_fd)
+            except OSError:
+                continue
+            stamp[f"{inside_dir}/{name}"] = (st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            if len(stamp) > _STAMP_CAP:
+                return None
     return stamp
 
 
