@@ -448,7 +448,7 @@ class Episode:
             raise ConfigError(f"task {task.id!r} needs {', '.join(missing)} in the student runtime; add them to runtime-requirements.txt and run `make setup`")
         image = images.prepare(task.image) if task.image is not None else None  # built once, then cached by content
         spec = SandboxSpec(limits=task.limits.sandbox, data_dir=str(task.data) if task.data else None, 
-                           workdir=task.workdir, data_at=task.data_at, image=image)
+                           workdir=task.workdir, data_at=task.data_at, image=image, seed_workdir=image is not None)
         runtime_ok = at_least(self.backend.name, task.requires_runtime)
         if not runtime_ok and not self.config.allow_degraded:
             raise ConfinementError(f"task {task.id!r} requires the {task.requires_runtime} sandbox runtime and this rollout runs under "

@@ -204,3 +204,37 @@ def test_a_vanished_image_root_and_the_gvisor_runtime_are_refused_clearly(image_
         get_backend("bwrap").create(SandboxSpec(image=gone))
     with pytest.raises(ConfigError, match="bwrap runtime only"):
         get_backend("gvisor").create(SandboxSpec(image=image_root))
+
+
+# -- the workdir starts with the image's files there (a Dockerfile's COPY into /app) --------------------
+def test_the_workdir_over_the_images_own_directory_starts_with_its_files_owned_by_the_student(image_root):
+    spec = SandboxSpec(image=image_root, workdir="/app", seed_workdir=True)
+    with get_backend("bwrap").create(spec) as box:
+        res = box.run("cat /app/seed.txt; stat -c %u /app/seed.txt; echo more >> /app/seed.txt && rm /app/seed.txt && echo rm-ok")
+        assert res.text.split() == ["seeded", str(box.uid), "rm-ok"], res.text
+    # Without seeding (what a grading sandbox gets) the writable workdir hides the image's files.
+    with get_backend("bwrap").create(spec.model_copy(update={"seed_workdir": False})) as box:
+        assert box.run("ls -A /app | wc -l").text.strip() == "0"
+
+
+def test_a_grading_sandbox_gets_the_custody_copy_and_never_the_images_files_again(image_root, tmp_path):
+    from proctor.judges.base import JudgeContext
+
+    student_spec = SandboxSpec(image=image_root, workdir="/app", seed_workdir=True)
+    spec = JudgeContext(submission=tmp_path, sandbox_spec=student_spec).grading_spec()
+    assert (spec.image, spec.workdir, spec.seed_workdir) == (image_root, "/app", False)
+    (tmp_path / "answer.txt").write_text("42\n")  # the student deleted seed.txt: it stays deleted
+    with get_backend("bwrap").create(spec) as box:
+        box.copy_in(tmp_path, read_only=True)
+        assert box.run("ls -A /app").text.split() == ["answer.txt"]
+
+
+def test_a_link_in_the_images_workdir_is_refused_naming_the_image(image_store, tmp_path):
+    from conftest import BASE_IMAGE
+
+    from proctor.errors import ConfigError
+
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nRUN mkdir -p /app && ln -s /etc/passwd /app/pw\nWORKDIR /app\n")
+    root = prepare(TaskImage(context=tmp_path), image_store)
+    with pytest.raises(ConfigError, match=r"task image .*: /app/pw: only regular files and directories"):
+        get_backend("bwrap").create(SandboxSpec(image=root, workdir="/app", seed_workdir=True))

@@ -88,11 +88,13 @@ class JudgeContext:
         return max(0.0, self.deadline - time.monotonic())
 
     def grading_spec(self) -> Any:
-        """The student's `SandboxSpec` (or a default one), for a fresh grading sandbox."""
+        """The student's `SandboxSpec` (or a default one), for a fresh grading sandbox: the same
+        paths, limits, mounts and image, without the image's starting workdir files."""
         from ..sandbox import SandboxSpec
 
         if self.sandbox_spec is not None:
-            return self.sandbox_spec
+            # Never the image's starting files: what is graded is the custody copy, files the student deleted stay deleted.
+            return self.sandbox_spec.model_copy(update={"seed_workdir": False})
         limits = getattr(self.limits, "sandbox", None)
         return SandboxSpec(limits=limits) if limits is not None else SandboxSpec()
 

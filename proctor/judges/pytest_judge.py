@@ -190,6 +190,8 @@ class PytestJudge(Judge):
                 if ctx.submission.is_dir():
                     box.copy_in(ctx.submission, read_only=not self.writable_workdir)
                 python = f"{box.python_runtime}/bin/python" if box.python_runtime else "/usr/bin/python3"
+                if spec.image is not None:
+                    _check_image_python(box, python, spec.image.name)
                 budget = max(1.0, min(self.timeout_s, ctx.time_left()) - 3.0)
                 t = time.monotonic()
                 result = box.run([python, "-I", "-B", "/grader/run.py"], input=(json.dumps(settings) + "\n").encode(),
@@ -200,6 +202,23 @@ class PytestJudge(Judge):
                 box.close()
         return _Run(nonce=nonce, stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code, signal=result.signal,
                     timed_out=result.timed_out, budget=budget, wall=wall, events=events)
+
+
+def _check_image_python(box: Any, python: str, image: str) -> None:
+    """Over a task image the tests run with the image's own Python (its packages are what the
+    tests import) and the judge's pytest: a missing or too old interpreter is the task's problem,
+    an infra error naming the image, never a zero for the student."""
+    from importlib.metadata import metadata
+
+    wanted = re.findall(r"\d+", metadata("pytest").get("Requires-Python") or ">=3.8")[:2]
+    floor = (int(wanted[0]), int(wanted[1]) if len(wanted) > 1 else 0)
+    got = box.run([python, "-I", "-c", "import sys; print(*sys.version_info[:2])"], timeout=30)
+    version = got.text.split()
+    if got.exit_code != 0 or len(version) != 2 or not all(v.isdigit() for v in version):
+        raise _AuthoringError(f"task image {image!r} has no working {python}, which PytestJudge runs the tests with; install python3 in its Dockerfile")
+    if (int(version[0]), int(version[1])) < floor:
+        raise _AuthoringError(f"task image {image!r} has Python {'.'.join(version)}; the judge's pytest needs {floor[0]}.{floor[1]} or newer: "
+                              "use a newer base image")
 
 
 class _Run:

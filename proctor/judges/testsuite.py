@@ -166,7 +166,7 @@ class TestSuiteJudge(Judge):
         end = ctx.deadline - margin
         results: list[tuple[str, str, str]] = []
         with StudentRunner(ctx.submission, limits=limits, call_timeout_s=self.call_timeout_s, deadline=end, backend=ctx.sandbox_backend(),
-                           spec=ctx.sandbox_spec) as student:
+                           spec=ctx.grading_spec() if ctx.sandbox_spec is not None else None) as student:
             for name, fn in tests:
                 now = time.monotonic()
                 if now >= end:

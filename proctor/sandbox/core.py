@@ -73,6 +73,31 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+def _seed_workdir(name: str, own: OwnView, workdir: str, dest: Path, uid: int) -> None:
+    """The image's files at `workdir` (what its Dockerfile put there), copied into the student's
+    fresh writable workdir, owned by the student, before any student process exists. Links and
+    special files are refused, naming the image: a link there would make a whole-workdir
+    submission refused for every student, honest ones included."""
+    assert own.system_root is not None
+    here = own.system_root
+    for part in Path(workdir).parts[1:]:
+        here = here / part
+        if here.is_symlink():
+            raise ConfigError(f"task image {name!r}: {workdir} is a symbolic link in the image; give the task's workdir a real directory")
+        if not here.exists():
+            return  # the image has nothing there: the workdir starts empty
+    if not here.is_dir():
+        raise ConfigError(f"task image {name!r}: {workdir} is a file in the image, not a directory; it cannot be the task's workdir")
+    try:
+        copy_tree_in(here, dest, uid)
+    except SandboxError as exc:
+        inside = str(exc).replace(str(here), workdir, 1)
+        raise ConfigError(f"task image {name!r}: {inside} (the workdir starts as a copy of the image's {workdir})") from None
+    except OSError as exc:
+        raise ConfigError(f"task image {name!r}: its {workdir} does not fit the task's workdir ({exc.strerror}); "
+                          "raise the task's workdir_bytes or make the image's files smaller") from None
+
+
 def _check_image_tools(name: str, own: OwnView) -> None:
     """What every sandbox runs inside its namespace before the student's command: a shell and
     sleep (the anchor) and setpriv (the drop to the student's uid), from the image itself."""
@@ -214,6 +239,8 @@ class Sandbox:
                 self._loader = IMAGE_LOADER
         if self.spec.image is not None:
             _check_image_tools(self.spec.image.name, own)
+            if self.spec.seed_workdir:
+                _seed_workdir(self.spec.image.name, own, self.spec.workdir, self._places.workdir, self.uid)
 
     @property
     def uid(self) -> int:

@@ -165,6 +165,9 @@ class SandboxSpec(_Model):
     env: dict[str, str] = Field(default_factory=dict, description="Extra variables for every student process (no LD_*, no code-loading PYTHON*).")
     hostname: str = "sandbox"
     image: ImageRoot | None = Field(None, description="A container image's filesystem as the student's root (read-only) instead of the host's system directories.")
+    seed_workdir: bool = Field(False, description=(
+        "Over an image: the writable workdir starts as a copy of the image's files at `workdir` (its Dockerfile's COPY into /app), "
+        "owned by the student. The student's sandbox only: a grading sandbox gets the custody copy instead (JudgeContext.grading_spec)."))
 
     @field_validator("workdir", "data_at")
     @classmethod
