@@ -143,16 +143,11 @@ def _variant(tmp_path: Path, source: Path, edit: dict[str, str]) -> Path:
 
 @pytest.mark.parametrize("edit, words", [
     ({"task.toml": "gpus = 1\n"}, ["[environment] gpus = 1", "GPUs"]),
-    ({"task.toml": 'docker_image = "example.invalid/prebuilt:1"\n'}, ["docker_image", "example.invalid/prebuilt:1"]),
     ({"task.toml": "secret_sauce = 1\n"}, ["[environment] secret_sauce"]),
     ({"task.toml": '\n[verifier.env]\nTOKEN = "x"\n'}, ["[verifier] env"]),
-    ({"environment/Dockerfile": "FROM python:3.11-slim\nRUN curl -LsSf https://example.invalid/install.sh | sh\n"},
-     ["Dockerfile:2", "curl", "needs its image (python:3.11-slim)"]),
-    ({"environment/Dockerfile": "FROM debian:bookworm\nRUN apt-get update && apt-get install -y proctor-no-such-package\n"},
-     ["Dockerfile:2", "proctor-no-such-package", "lacks", "debian:bookworm"]),
-    ({"environment/Dockerfile": "FROM python:3.11-slim\nRUN pip install proctor-no-such-dist==1.0\n"},
-     ["pip-installs proctor-no-such-dist", "runtime-requirements.txt"]),
-    ({"environment/Dockerfile": "FROM python:3.11-slim\nENV SECRET_MODE=1\n"}, ["ENV SECRET_MODE", "python:3.11-slim"]),
+    ({"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /srv/$APP\n"}, ["Dockerfile:2", "WORKDIR made from variables"]),
+    ({"environment/Dockerfile": "FROM python:3.11-slim\nRUN make-it\nCOPY ../tests /app/tests\n"}, ["Dockerfile:3", "copies tests", "must stay out"]),
+    ({"environment/Dockerfile": "FROM python:3.11-slim\nCOPY ../solution/solve.sh /app/\n"}, ["Dockerfile:2", "copies solution"]),
     ({"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /usr/src/app\n"}, ["Task.workdir '/usr/src/app'", "/usr"]),
     ({"environment/docker-compose.yaml": "services:\n  main: {}\n  db: {}\n"}, ["docker-compose", "extra services"]),
 ])
@@ -165,6 +160,46 @@ def test_what_cannot_be_honoured_is_refused_naming_it(tmp_path, edit, words):
     assert all(w in str(info.value) for w in words), str(info.value)
     got = cli("run", bad, "--agent", "oracle", "--out", tmp_path / "out")
     assert got.exit_code == 2 and got.stderr.startswith("error: ") and "Traceback" not in got.output
+
+
+@pytest.mark.parametrize("dockerfile, words", [
+    ("FROM python:3.11-slim\nRUN curl -LsSf https://example.invalid/install.sh | sh\n", ["Dockerfile:2", "curl", "changes the image"]),
+    ("FROM debian:bookworm\nRUN apt-get update && apt-get install -y proctor-no-such-package\n",
+     ["Dockerfile:2", "proctor-no-such-package", "this machine's root lacks", "FROM debian:bookworm"]),
+    ("FROM python:3.11-slim\nRUN pip install proctor-no-such-dist==1.0\n", ["pip-installs proctor-no-such-dist", "student runtime lacks"]),
+    ("FROM python:3.11-slim\nENV SECRET_MODE=1\nWORKDIR /srv/app\n", ["Dockerfile:2", "ENV SECRET_MODE", "the workdir /srv/app"]),
+])
+def test_a_dockerfile_the_root_cannot_stand_in_for_runs_over_its_image(tmp_path, dockerfile, words):
+    imported = import_task(_variant(tmp_path, HARBOR, {"environment/Dockerfile": dockerfile}))
+    task = imported.task
+    assert task.image is not None and task.image.dockerfile == (tmp_path / "word-count" / "environment" / "Dockerfile").resolve()
+    assert task.workdir_files is None and task.packages == ()
+    assert task.workdir == ("/srv/app" if "WORKDIR" in dockerfile else "/app")
+    [note] = [n for n in imported.notes if "runs over its image" in n]
+    assert all(w in note for w in words), note
+    assert not any("this machine's root (its Dockerfile" in n for n in imported.notes)
+
+
+def test_a_prebuilt_docker_image_is_used_as_it_is(tmp_path):
+    text = (HARBOR / "task.toml").read_text() + 'docker_image = "example.invalid/prebuilt:1"\n'
+    imported = import_task(_variant(tmp_path, HARBOR, {"task.toml": text}))
+    assert imported.task.image is not None and imported.task.image.ref == "example.invalid/prebuilt:1"
+    assert imported.task.workdir == "/app"
+    assert any("docker_image example.invalid/prebuilt:1" in n and "Dockerfile is not built" in n for n in imported.notes)
+
+
+def test_an_image_that_cannot_be_had_is_an_infra_error_naming_it(tmp_path):
+    bad = _variant(tmp_path, HARBOR, {"environment/Dockerfile": "FROM proctor-no-such-base:1\nRUN make-it\n"})
+    got = cli("run", bad, "--agent", "oracle", "--out", tmp_path / "out", "--json")
+    [result] = json.loads(got.stdout)
+    assert result["status"] == "infra_error" and "proctor-no-such-base:1" in " ".join(result["errors"]), result["errors"]
+    assert "Traceback" not in got.output
+
+
+def test_an_old_layout_copy_of_the_whole_task_is_refused(tmp_path):
+    bad = _variant(tmp_path, OLD, {"Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\nCOPY . /app\n"})
+    with pytest.raises(ConfigError, match="Dockerfile:3 .*copies (tests|solution.sh|run-tests.sh|task.yaml) into the student's world"):
+        import_task(bad)
 
 
 def test_allow_internet_is_downgraded_with_a_note_naming_it(tmp_path):

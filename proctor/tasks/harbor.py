@@ -12,14 +12,16 @@ silently dropped:
   exit status the student's code can set): a note says so;
 - the solution script is the oracle, run as the student;
 - agent/verifier timeouts, cpus, memory and storage become limits; metadata becomes tags;
-- the Dockerfile: image support is not built yet, so a task runs on this machine's root only when
-  its Dockerfile needs nothing the root lacks: `FROM` (noted: the image is not used), `WORKDIR`
-  (the task's workdir), harmless `ENV`s, `RUN` of `apt-get install` / `pip install` of packages
-  already installed (pip ones checked before each rollout as `Task.packages`) or `mkdir`, and one
-  `COPY` of a context directory into the workdir (its `workdir_files`). Anything else refuses the
-  task with a message naming the line and the image;
+- the Dockerfile: a task runs on this machine's root, with no build, when its Dockerfile needs
+  nothing the root lacks: `FROM` (noted: the image is not used), `WORKDIR` (the task's workdir),
+  harmless `ENV`s, `RUN` of `apt-get install` / `pip install` of packages already installed (pip
+  ones checked before each rollout as `Task.packages`) or `mkdir`, and one `COPY` of a context
+  directory into the workdir (its `workdir_files`). Otherwise it runs over its image
+  (`Task.image`, built from the Dockerfile; the workdir starts with the image's files there), and a
+  note names the first line the root could not stand in for. A prebuilt `docker_image` is used as
+  it is. A COPY of the task's tests or solution into the image is refused;
 - internet access is downgraded (the sandbox has none; noted); GPUs, TPUs, extra services
-  (a compose file with more than one service), a prebuilt `docker_image`, and environment variables
+  (a compose file with more than one service) and environment variables
   for the agent or verifier are refused, naming the field."""
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any
 
 from ..agents.script import Script
 from ..errors import ConfigError
+from ..images.models import TaskImage
 from ..judges.pytest_judge import PytestJudge
 from ..sandbox.models import MiB, SandboxLimits
 from .models import Limits, Step, Task
@@ -151,12 +154,14 @@ def _harbor(root: Path) -> ImportedTask:
             raise ConfigError(f"{where}: [{section}] env: environment variables for the {section} cannot be set in Proctor's sandbox yet; refusing the task")
     if env.get("env"):
         raise ConfigError(f"{where}: [environment] env: environment variables cannot be set in Proctor's sandbox yet; refusing the task")
-    if env.get("docker_image"):
-        raise ConfigError(f"{where}: [environment] docker_image {env['docker_image']!r}: a prebuilt image needs image support, which Proctor does not have yet")
+    docker_image = env.get("docker_image")
+    if docker_image is not None and (not isinstance(docker_image, str) or not docker_image.strip()):
+        raise ConfigError(f"{where}: [environment] docker_image {docker_image!r}: must be an image reference")
     compose = root / "environment" / "docker-compose.yaml"
     if compose.exists() or (root / "environment" / "docker-compose.yml").exists():
         raise ConfigError(f"{root / 'environment'}: docker-compose: extra services cannot run beside Proctor's sandbox; refusing the task")
-    image = _dockerfile(root / "environment" / "Dockerfile", root / "environment", notes)
+    image = _environment(root / "environment" / "Dockerfile", root / "environment", notes, docker_image=docker_image,
+                         keep_out=(root / "tests", root / "solution"))
     limits = _limits(cpus=env.get("cpus"), memory=_mib(env, "memory", where), storage=_mib(env, "storage", where),
                      agent_s=_table(config, "agent", where).get("timeout_sec"), where=where)
     verifier_s = _seconds(_table(config, "verifier", where).get("timeout_sec", 600.0), where, "[verifier] timeout_sec")
@@ -238,6 +243,7 @@ class _Image:
     workdir: str = DEFAULT_WORKDIR
     workdir_files: Path | None = None
     packages: list[str] = field(default_factory=list)
+    image: TaskImage | None = None  # None: the task runs on this machine's root
 
 
 def _dockerfile(path: Path, context: Path, notes: list[str]) -> _Image:
@@ -253,11 +259,11 @@ def _dockerfile(path: Path, context: Path, notes: list[str]) -> _Image:
         if word == "FROM":
             image.base = rest.split()[0] if rest else "?"
         elif word == "WORKDIR":
-            image.workdir, saw_workdir = rest, True
+            image.workdir, saw_workdir = _next_workdir(image.workdir, rest, here), True
         elif word == "ENV":
             names = [part.split("=", 1)[0] for part in shlex.split(rest)] if "=" in rest else rest.split()[:1]
             if any(n not in _HARMLESS_ENV for n in names):
-                raise ConfigError(f"{here}: ENV {', '.join(names)} cannot be set in Proctor's sandbox yet; this task needs its image ({image.base})")
+                raise _NeedsImage(f"{here}: ENV {', '.join(names)} changes the environment")
             notes.append(f"{path.name}:{number}: ENV {', '.join(names)} not applied (does not change a result)")
         elif word == "RUN":
             image.packages += _run(rest, here, image)
@@ -268,12 +274,107 @@ def _dockerfile(path: Path, context: Path, notes: list[str]) -> _Image:
         elif word in _NOTED_INSTRUCTIONS:
             notes.append(f"{path.name}:{number}: {word} not applied (no effect on a rollout)")
         else:
-            raise ConfigError(f"{here}: {word} is not understood; this task needs its image ({image.base}), which Proctor cannot build yet")
+            raise _NeedsImage(f"{here}: {word} changes the image")
+    missing = missing_packages(image.packages)
+    if missing:
+        raise _NeedsImage(f"{path}: pip-installs {', '.join(missing)}, which the student runtime lacks")
     if not saw_workdir:
         notes.append(f"{path.name}: no WORKDIR; the workdir is {DEFAULT_WORKDIR}")
-    notes.append(f"{path.name}: FROM {image.base}: image support is not built yet, so the task runs on this machine's root "
+    notes.append(f"{path.name}: FROM {image.base}: its image is not built, the task runs on this machine's root "
                  f"(its Dockerfile installs nothing the root lacks)")
     return image
+
+
+class _NeedsImage(ConfigError):
+    """A Dockerfile line this machine's root does not already satisfy: the task runs over its image."""
+
+
+def _environment(dockerfile: Path, context: Path, notes: list[str], *, docker_image: str | None = None,
+                 keep_out: tuple[Path, ...] = ()) -> _Image:
+    """How the task's environment is made: on this machine's root when its Dockerfile needs
+    nothing the root lacks (no build: fast, and nothing to pull), else over its image, built from
+    the Dockerfile with buildah; a prebuilt `docker_image` is used as it is."""
+    if docker_image:
+        workdir = _image_workdir(dockerfile) if dockerfile.is_file() else DEFAULT_WORKDIR
+        notes.append(f"docker_image {docker_image}: the task runs over that image (from the local store, or pulled)"
+                     + (f"; {dockerfile.name} is not built" if dockerfile.is_file() else "") + f"; the workdir is {workdir}")
+        return _Image(base=docker_image, workdir=workdir, image=TaskImage(ref=docker_image))
+    if dockerfile.is_file():
+        _keep_out_of_the_image(dockerfile, context, keep_out)
+    host_notes: list[str] = []
+    try:
+        image = _dockerfile(dockerfile, context, host_notes)
+    except _NeedsImage as exc:
+        return _over_image(dockerfile, context, notes, str(exc))
+    notes += host_notes
+    return image
+
+
+def _over_image(dockerfile: Path, context: Path, notes: list[str], reason: str) -> _Image:
+    image = _Image(workdir=_image_workdir(dockerfile), image=TaskImage(context=context.resolve(), dockerfile=dockerfile.resolve()))
+    for number, line in _instructions(dockerfile):
+        word, _, rest = line.partition(" ")
+        word, rest = word.upper(), rest.strip()
+        here = f"{dockerfile}:{number} `{_short(line)}`"
+        if word == "FROM" and image.base is None:
+            image.base = rest.split()[0] if rest else "?"
+        elif word in ("COPY", "ADD"):
+            image.workdir_files = _copied_into_workdir(rest, context, image.workdir) or image.workdir_files
+        elif word == "USER":
+            notes.append(f"{dockerfile.name}:{number}: USER {rest} not applied: the student is always its own unprivileged user")
+    notes.append(f"{reason}: the task runs over its image, built from {dockerfile} with buildah at its first rollout "
+                 f"(FROM {image.base}: from the local store, or pulled); the workdir {image.workdir} starts with the image's files there")
+    return image
+
+
+def _image_workdir(dockerfile: Path) -> str:
+    """The Dockerfile's last WORKDIR (relative ones taken from the one before), or /app."""
+    workdir = DEFAULT_WORKDIR
+    for number, line in _instructions(dockerfile):
+        word, _, rest = line.partition(" ")
+        if word.upper() == "WORKDIR":
+            workdir = _next_workdir(workdir, rest.strip(), f"{dockerfile}:{number} `{_short(line)}`")
+    return workdir
+
+
+def _next_workdir(current: str, rest: str, here: str) -> str:
+    if "$" in rest or not rest:
+        raise ConfigError(f"{here}: a WORKDIR made from variables cannot be read before the build; write the path out")
+    return os.path.normpath(os.path.join(current, rest))
+
+
+def _sources(rest: str, context: Path) -> tuple[list[list[Path]], str] | None:
+    """The context paths each source of a COPY/ADD names (globs expanded), and its destination."""
+    words = [w for w in shlex.split(rest) if not w.startswith("--")]
+    if len(words) < 2:
+        return None
+    base = context.resolve()
+    *sources, dest = words
+    return [[p.resolve() for p in base.glob(src)] if any(c in src for c in "*?[") else [(base / src).resolve()] for src in sources], dest
+
+
+def _keep_out_of_the_image(dockerfile: Path, context: Path, keep_out: tuple[Path, ...]) -> None:
+    """Refuses a COPY/ADD that would put the task's tests or solution into the student's world."""
+    for number, line in _instructions(dockerfile):
+        word, _, rest = line.partition(" ")
+        if word.upper() not in ("COPY", "ADD") or "--from" in rest:
+            continue
+        parsed = _sources(rest.strip(), context)
+        for src in (p for group in (parsed[0] if parsed else []) for p in group):
+            for secret in keep_out:
+                secret = secret.resolve()
+                if secret == src or secret.is_relative_to(src) or src.is_relative_to(secret):
+                    raise ConfigError(f"{dockerfile}:{number} `{_short(line)}`: copies {secret.name} into the student's world; "
+                                      "the task's tests and solution must stay out of it (copy only the files the student needs)")
+
+
+def _copied_into_workdir(rest: str, context: Path, workdir: str) -> Path | None:
+    """The context directory a COPY puts into the workdir (the judge's baseline of the task's own files), if any."""
+    parsed = _sources(rest, context)
+    if parsed is None or len(parsed[0]) != 1 or len(parsed[0][0]) != 1:
+        return None
+    [[src]], dest = parsed
+    return src if src.is_dir() and os.path.normpath(os.path.join(workdir, dest)) == workdir else None
 
 
 def _instructions(path: Path) -> list[tuple[int, str]]:
@@ -319,13 +420,13 @@ def _run(command: str, here: str, image: _Image) -> list[str]:
             wanted = [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
             missing = [w for w in wanted if not _deb_installed(w)]
             if missing:
-                raise ConfigError(f"{here}: installs {', '.join(missing)}, which this machine's root lacks; this task needs its image ({image.base}), which Proctor cannot build yet")
+                raise _NeedsImage(f"{here}: installs {', '.join(missing)}, which this machine's root lacks")
             continue
         pip = _pip_install(words)
         if pip is not None:
             packages += pip
             continue
-        raise ConfigError(f"{here}: `{_short(part)}` changes the image; this task needs its image ({image.base}), which Proctor cannot build yet")
+        raise _NeedsImage(f"{here}: changes the image")
     return packages
 
 
@@ -350,16 +451,15 @@ def _deb_installed(name: str) -> bool:
 def _copy(rest: str, here: str, context: Path, image: _Image) -> None:
     words = [w for w in shlex.split(rest) if not w.startswith("--")]
     if len(words) != 2:
-        raise ConfigError(f"{here}: only `COPY DIR {image.workdir}` (one context directory into the workdir) runs without an image")
+        raise _NeedsImage(f"{here}: copies into the image")
     source, dest = words
     dest = dest.rstrip("/") or "/"
     into_workdir = dest in (".", image.workdir) or (not dest.startswith("/") and dest in ("./",))
     src = (context / source).resolve()
     if not into_workdir or not src.is_dir() or not src.is_relative_to(context.resolve()):
-        raise ConfigError(f"{here}: only `COPY DIR {image.workdir}` (one context directory into the workdir) runs without an image; "
-                          f"this task needs its image ({image.base}), which Proctor cannot build yet")
+        raise _NeedsImage(f"{here}: copies into the image")
     if image.workdir_files is not None:
-        raise ConfigError(f"{here}: a second COPY into the workdir; this task needs its image ({image.base})")
+        raise _NeedsImage(f"{here}: a second COPY into the workdir")
     image.workdir_files = src
 
 
@@ -401,16 +501,13 @@ def _task(root: Path, instruction: str, metadata: dict[str, Any], image: _Image,
         raise ConfigError(f"{tests}: no test_*.py files; a {script_name} alone trusts an exit status the student's code can set, so Proctor does not grade with it")
     if (root / script_name).exists():
         notes.append(f"{script_name}: not run; the hardened PytestJudge runs tests/test_*.py itself (pytest from the judge's own copy, nothing installed or downloaded at grading time)")
-    if image.packages:
-        missing = missing_packages(image.packages)
-        if missing:
-            raise ConfigError(f"{root}: its Dockerfile pip-installs {', '.join(missing)}, which the student runtime lacks; add them to runtime-requirements.txt and run `make setup`, or wait for image support")
     try:
         return Task(
             id=_task_id(root),
             description=(str(metadata.get("description") or instruction.strip().splitlines()[0] if instruction.strip() else root.name))[:200],
             workdir=image.workdir,
-            workdir_files=image.workdir_files,
+            workdir_files=image.workdir_files if image.image is None else None,
+            image=image.image,
             steps=[Step(instructions=instruction, submit=("*",),
                         judge=PytestJudge(tests=".", tests_at="/tests", scoring="all", timeout_s=verifier_s,
                                           baseline=str(image.workdir_files) if image.workdir_files else None))],
@@ -455,7 +552,8 @@ def _terminal_bench(root: Path) -> ImportedTask:
             if len(services) > 1:
                 raise ConfigError(f"{path}: services {', '.join(services)}: extra services cannot run beside Proctor's sandbox; refusing the task")
             notes.append(f"{compose}: its one service is the student's sandbox; its settings (volumes, environment) are not applied")
-    image = _dockerfile(root / "Dockerfile", root, notes)
+    image = _environment(root / "Dockerfile", root, notes,
+                         keep_out=(root / "tests", root / "solution.sh", root / "run-tests.sh", root / "task.yaml"))
     limits = _limits(cpus=None, memory=None, storage=None, agent_s=config.get("max_agent_timeout_sec"), where=where)
     metadata = {"tags": config.get("tags") or [], "difficulty": config.get("difficulty"), "category": config.get("category")}
     solve = root / "solution.sh"
