@@ -539,6 +539,35 @@ def _check_overlap(declared: list[tuple[str, tuple[bytes, ...]]]) -> None:
                 raise CustodyError(f"declared submission paths {a!r} and {b!r} overlap; declare each file or directory once")
 
 
+def starting_files(root: str | Path, *, max_files: int = 20_000, max_bytes: int = 256 * 2**20) -> dict[str, str]:
+    """SHA-256 of every regular file under a workdir, keyed by its path relative to it: what the
+    task gave the student (workdir_files, an image's files), read before any student process ran.
+    Judges use it to tell the task's own files from the student's (PytestJudge never flags a file
+    that is byte-for-byte one the student was given). Links are not followed; past `max_files`
+    or `max_bytes` the rest is left out (those files are then simply not known as the task's)."""
+    import hashlib
+
+    digests: dict[str, str] = {}
+    total = 0
+    base = str(root)
+    for dirpath, dirs, names, dir_fd in os.fwalk(base, follow_symlinks=False):
+        dirs.sort()
+        for name in sorted(names):
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if len(digests) >= max_files or total + st.st_size > max_bytes:
+                    return digests
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                digests[os.path.relpath(os.path.join(dirpath, name), base)] = hashlib.file_digest(fh, "sha256").hexdigest()
+            total += st.st_size
+    return digests
+
+
 def take_custody(
     root: str | Path,
     paths: Sequence[str],

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from . import images, policies, vocabulary
 from .agents.base import Agent, AgentError, AgentTimeout, AgentTurn, Observation, TurnUsage
-from .custody import CustodyLimits, MisbehaviourEvent, custody_point
+from .custody import CustodyLimits, MisbehaviourEvent, custody_point, starting_files
 from .errors import ConfigError, ConfinementError, ProctorError
 from .framing import Framing, load_framing
 from .judges.base import JudgeContext, Verdict, evaluate
@@ -208,6 +208,7 @@ class Episode:
         self.transcript: Transcript | None = None
         self.result: RolloutResult | None = None
         self.box: StudentSandbox | None = None
+        self._starting_files: dict[str, str] = {}
         self.steps: list[StepResult] = []
         self.misbehaviour: list[MisbehaviourRecord] = []
         self.observations: list[MisbehaviourRecord] = []
@@ -463,6 +464,8 @@ class Episode:
                             "allow_degraded": self.config.allow_degraded}
         if task.workdir_files:
             self.box.copy_in(task.workdir_files)
+        # What the task gave the student, read before any student command: judges never count it as the student's.
+        self._starting_files = starting_files(self.box.workdir) if task.workdir_files or image is not None else {}
         self._tools = make_tools(task.tools)
         self._specs = [tool.spec() for tool in self._tools]
         self.transcript.emit("rollout_start", run_id=self.run_id, task_id=task.id, instance=self.instance.model_dump(mode="json"),
@@ -620,7 +623,7 @@ class Episode:
             judge_ctx = JudgeContext(
                 submission=custody_dir, hidden=task.hidden, answer=answer, params=dict(self.instance.params) | dict(task.params),
                 env_dir=self.env_dir, limits=limits, step=index, misbehaviour=list(point.misbehaviour), backend=self.backend,
-                sandbox_spec=box.spec,
+                sandbox_spec=box.spec, starting_files=self._starting_files,
             )
             verdict = evaluate(step.judge, judge_ctx)
             judge_name = step.judge.describe()

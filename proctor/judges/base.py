@@ -79,6 +79,10 @@ class JudgeContext:
     """The rollout's sandbox runtime (a `SandboxBackend`), or None for the default (bwrap). A judge
     that runs student code makes its sandboxes with `sandbox_backend()` (StudentRunner takes it as
     `backend=`), so graded code is confined exactly as the student was."""
+    starting_files: dict[str, str] = field(default_factory=dict)
+    """SHA-256 of each file the workdir started with (custody.starting_files: the task's
+    workdir_files, an image's files), by path relative to the workdir; a submitted file with the
+    same bytes at the same path is the task's own, never the student's doing."""
     sandbox_spec: Any = None
     """The `SandboxSpec` the student's sandbox was made from (its limits, workdir and data paths,
     mounts), or None outside a rollout. A judge that runs student code in a fresh sandbox builds it
