@@ -7,6 +7,7 @@ files under an ordinary `python -m pytest` run (the task's test.sh, exit status 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,7 @@ def test_a_dockerfile_the_root_cannot_honour_becomes_the_tasks_image():
     task = imported.task
     assert task.image == TaskImage(context=ACME / "environment", dockerfile=ACME / "environment" / "Dockerfile")
     assert task.workdir == "/app" and task.workdir_files is None and task.packages == ()
-    assert task.steps[0].judge.baseline == str(ACME / "environment" / "files")
+    assert task.steps[0].judge.baseline is None  # the judge knows the image's files by what the workdir started with
     [note] = [n for n in imported.notes if "runs over its image" in n]
     assert "Dockerfile:4" in note and "changes the image" in note and "proctor-test-base:bookworm" in note
 
@@ -139,3 +140,29 @@ def test_the_tasks_own_conftest_copied_by_its_dockerfile_is_not_the_students(con
         {"tool": "submit", "arguments": {}}])
     result = rollout(out, "acme-own-conftest", hack, tmp_path / "h")
     assert result.score == 0.0 and "judge_tampering" in [m.kind for m in result.misbehaviour], result.misbehaviour
+
+
+
+def test_an_old_layout_task_copying_its_whole_directory_never_shows_its_tests_or_solution(confinement, image_store, tmp_path, monkeypatch):
+    from conftest import BASE_IMAGE
+
+    task_dir = tmp_path / "old-whole"
+    shutil.copytree(ACME.parent / "old-reverse", task_dir)
+    (task_dir / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nWORKDIR /app\nCOPY . /app\n")
+    (task_dir / "notes.txt").write_text("the task's own file\n")
+    monkeypatch.setenv("PROCTOR_IMAGE_STORE", str(image_store.root))
+    monkeypatch.setenv("PROCTOR_IMAGE_ROOTS", str(image_store.roots))
+    out = tmp_path / "env"
+    write_environment([str(task_dir)], out)
+    look = Script(name="look", turns=[
+        {"tool": "bash", "arguments": {"command": "ls -A /app; grep -rl 'def test_' / 2>/dev/null | grep -v '^/proc' | head"}},
+        {"tool": "submit", "arguments": {}}])
+    result = rollout(out, "old-whole", look, tmp_path / "look")
+    transcript = (tmp_path / "look" / result.run_id / "transcript.jsonl").read_text()
+    listing = json.loads([line for line in transcript.splitlines() if '"tool_result"' in line][0])
+    seen = json.dumps(listing)
+    assert "notes.txt" in seen and "Dockerfile" in seen
+    for secret in ("test_outputs.py", "solution.sh", "run-tests.sh", "task.yaml"):
+        assert secret not in seen, (secret, seen[:2000])
+    oracle = rollout(out, "old-whole", "oracle", tmp_path / "o")
+    assert (oracle.status, oracle.score) == ("completed", 1.0) and not oracle.misbehaviour, (oracle.errors, oracle.steps)

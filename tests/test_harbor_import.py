@@ -196,10 +196,16 @@ def test_an_image_that_cannot_be_had_is_an_infra_error_naming_it(tmp_path):
     assert "Traceback" not in got.output
 
 
-def test_an_old_layout_copy_of_the_whole_task_is_refused(tmp_path):
-    bad = _variant(tmp_path, OLD, {"Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\nCOPY . /app\n"})
-    with pytest.raises(ConfigError, match="Dockerfile:3 .*copies (tests|solution.sh|run-tests.sh|task.yaml) into the student's world"):
-        import_task(bad)
+def test_an_old_layout_copy_of_the_whole_task_runs_over_its_image_without_the_tests(tmp_path):
+    # On this machine's root `COPY . /app` would put the tests and solution in the workdir; over the
+    # image they are left out of the build context (the build itself is run in test_harbor_images.py).
+    task_dir = _variant(tmp_path, OLD, {"Dockerfile": "FROM python:3.13-slim-bookworm\nWORKDIR /app\nCOPY . /app\n"})
+    imported = import_task(task_dir)
+    image = imported.task.image
+    assert image is not None and image.context == task_dir.resolve()
+    assert sorted(image.exclude) == ["run-tests.sh", "solution.sh", "task.yaml", "tests"]
+    assert imported.task.workdir_files is None
+    assert any("Dockerfile:3 `COPY . /app`: copies the task directory" in n and "left out of its build context" in n for n in imported.notes)
 
 
 def test_allow_internet_is_downgraded_with_a_note_naming_it(tmp_path):

@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -99,12 +100,17 @@ class ImageStore:
         bases = []
         for ref in base_images(text):
             bases.append(self.ensure(ref, why=f" (FROM in {dockerfile})"))
-        tag = f"localhost/proctor-build:{_build_key(dockerfile, text, context, bases)[:32]}"
+        tag = f"localhost/proctor-build:{_build_key(dockerfile, text, context, bases, image.exclude)[:32]}"
         found = self.image_id(tag)
         if found:
             return found
-        res = self.run("buildah", "bud", "--isolation", self.isolation, "--pull=never", "--layers=false",
-                       "-f", str(dockerfile), "-t", tag, str(context))
+        with tempfile.NamedTemporaryFile("w", prefix="proctor-ignore-", suffix=".dockerignore") as ignore:
+            # The context's own ignore file still applies; the excluded paths are added to it.
+            own = next((context / n for n in (".containerignore", ".dockerignore") if (context / n).is_file()), None)
+            ignore.write((own.read_text(errors="replace").rstrip("\n") + "\n" if own else "") + "".join(f"/{rel}\n" for rel in image.exclude))
+            ignore.flush()
+            res = self.run("buildah", "bud", "--isolation", self.isolation, "--pull=never", "--layers=false",
+                           "--ignorefile", ignore.name, "-f", str(dockerfile), "-t", tag, str(context))
         if res.returncode != 0:
             lines = [line for line in (res.stderr or res.stdout).strip().splitlines() if line.strip()]
             raise ImageError(f"cannot build the image of {dockerfile}: {' | '.join(lines[-3:]) or 'buildah failed'}")
@@ -171,13 +177,16 @@ def base_images(dockerfile: str) -> list[str]:
     return out
 
 
-def _build_key(dockerfile: Path, text: str, context: Path, bases: list[str]) -> str:
-    h = hashlib.sha256(f"proctor-build {FORMAT}\n{text}\n{' '.join(bases)}\n{dockerfile.name}\n".encode())
+def _build_key(dockerfile: Path, text: str, context: Path, bases: list[str], exclude: tuple[str, ...] = ()) -> str:
+    h = hashlib.sha256(f"proctor-build {FORMAT}\n{text}\n{' '.join(bases)}\n{dockerfile.name}\n{' '.join(exclude)}\n".encode())
+    left_out = {Path(rel) for rel in exclude}
     for root, dirs, files in os.walk(context):
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if (Path(root) / d).relative_to(context) not in left_out)
         for name in sorted(files):
             path = Path(root) / name
             rel = path.relative_to(context)
+            if rel in left_out:
+                continue
             st = path.lstat()
             h.update(f"{rel}\0{st.st_mode:o}\0".encode())
             if path.is_symlink():

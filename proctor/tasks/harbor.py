@@ -299,31 +299,34 @@ def _environment(dockerfile: Path, context: Path, notes: list[str], *, docker_im
         notes.append(f"docker_image {docker_image}: the task runs over that image (from the local store, or pulled)"
                      + (f"; {dockerfile.name} is not built" if dockerfile.is_file() else "") + f"; the workdir is {workdir}")
         return _Image(base=docker_image, workdir=workdir, image=TaskImage(ref=docker_image))
-    if dockerfile.is_file():
-        _keep_out_of_the_image(dockerfile, context, keep_out)
+    # What the build must never see: the task's tests and solution where they share the context.
+    secret = tuple(str(p.relative_to(context)) for p in keep_out if p.exists() and p.resolve().is_relative_to(context.resolve()))
+    covering = _keep_out_of_the_image(dockerfile, context, keep_out) if dockerfile.is_file() else None
+    if covering is not None:
+        return _over_image(dockerfile, context, notes, f"{covering}: copies the task directory (on this machine's root the "
+                           "tests and solution would be in the workdir)", secret)
     host_notes: list[str] = []
     try:
         image = _dockerfile(dockerfile, context, host_notes)
     except _NeedsImage as exc:
-        return _over_image(dockerfile, context, notes, str(exc))
+        return _over_image(dockerfile, context, notes, str(exc), secret)
     notes += host_notes
     return image
 
 
-def _over_image(dockerfile: Path, context: Path, notes: list[str], reason: str) -> _Image:
-    image = _Image(workdir=_image_workdir(dockerfile), image=TaskImage(context=context.resolve(), dockerfile=dockerfile.resolve()))
+def _over_image(dockerfile: Path, context: Path, notes: list[str], reason: str, secret: tuple[str, ...]) -> _Image:
+    image = _Image(workdir=_image_workdir(dockerfile),
+                   image=TaskImage(context=context.resolve(), dockerfile=dockerfile.resolve(), exclude=secret))
     for number, line in _instructions(dockerfile):
         word, _, rest = line.partition(" ")
         word, rest = word.upper(), rest.strip()
-        here = f"{dockerfile}:{number} `{_short(line)}`"
         if word == "FROM" and image.base is None:
             image.base = rest.split()[0] if rest else "?"
-        elif word in ("COPY", "ADD"):
-            image.workdir_files = _copied_into_workdir(rest, context, image.workdir) or image.workdir_files
         elif word == "USER":
             notes.append(f"{dockerfile.name}:{number}: USER {rest} not applied: the student is always its own unprivileged user")
+    left_out = f"; {', '.join(secret)} left out of its build context" if secret else ""
     notes.append(f"{reason}: the task runs over its image, built from {dockerfile} with buildah at its first rollout "
-                 f"(FROM {image.base}: from the local store, or pulled); the workdir {image.workdir} starts with the image's files there")
+                 f"(FROM {image.base}: from the local store, or pulled){left_out}; the workdir {image.workdir} starts with the image's files there")
     return image
 
 
@@ -353,8 +356,11 @@ def _sources(rest: str, context: Path) -> tuple[list[list[Path]], str] | None:
     return [[p.resolve() for p in base.glob(src)] if any(c in src for c in "*?[") else [(base / src).resolve()] for src in sources], dest
 
 
-def _keep_out_of_the_image(dockerfile: Path, context: Path, keep_out: tuple[Path, ...]) -> None:
-    """Refuses a COPY/ADD that would put the task's tests or solution into the student's world."""
+def _keep_out_of_the_image(dockerfile: Path, context: Path, keep_out: tuple[Path, ...]) -> str | None:
+    """Refuses a COPY/ADD that names the task's tests or solution (or a path inside them): the
+    student would read the answer key. Returns the first line copying a directory that holds them
+    (`COPY . /app` in an old-layout task), which only an image build can honour, with them left out."""
+    covering: str | None = None
     for number, line in _instructions(dockerfile):
         word, _, rest = line.partition(" ")
         if word.upper() not in ("COPY", "ADD") or "--from" in rest:
@@ -363,18 +369,12 @@ def _keep_out_of_the_image(dockerfile: Path, context: Path, keep_out: tuple[Path
         for src in (p for group in (parsed[0] if parsed else []) for p in group):
             for secret in keep_out:
                 secret = secret.resolve()
-                if secret == src or secret.is_relative_to(src) or src.is_relative_to(secret):
+                if secret == src or src.is_relative_to(secret):
                     raise ConfigError(f"{dockerfile}:{number} `{_short(line)}`: copies {secret.name} into the student's world; "
                                       "the task's tests and solution must stay out of it (copy only the files the student needs)")
-
-
-def _copied_into_workdir(rest: str, context: Path, workdir: str) -> Path | None:
-    """The context directory a COPY puts into the workdir (the judge's baseline of the task's own files), if any."""
-    parsed = _sources(rest, context)
-    if parsed is None or len(parsed[0]) != 1 or len(parsed[0][0]) != 1:
-        return None
-    [[src]], dest = parsed
-    return src if src.is_dir() and os.path.normpath(os.path.join(workdir, dest)) == workdir else None
+                if secret.is_relative_to(src) and covering is None:
+                    covering = f"{dockerfile}:{number} `{_short(line)}`"
+    return covering
 
 
 def _instructions(path: Path) -> list[tuple[int, str]]:
@@ -510,7 +510,7 @@ def _task(root: Path, instruction: str, metadata: dict[str, Any], image: _Image,
             image=image.image,
             steps=[Step(instructions=instruction, submit=("*",),
                         judge=PytestJudge(tests=".", tests_at="/tests", scoring="all", timeout_s=verifier_s,
-                                          baseline=str(image.workdir_files) if image.workdir_files else None))],
+                                          baseline=str(image.workdir_files) if image.workdir_files and image.image is None else None))],
             limits=limits,
             hidden=tests,
             packages=tuple(image.packages),
