@@ -568,12 +568,14 @@ app.add_typer(import_app, name="import")
 def import_harbor(
     dirs: list[str] = typer.Argument(..., help="Harbor (task.toml) or old Terminal-Bench (task.yaml) task directories."),
     out: str = typer.Option(..., "--out", help="Directory of the new environment (must not exist, or be empty)."),
+    image: str = typer.Option("auto", "--image", help="auto: on this machine's root when the Dockerfile needs nothing it lacks, else over "
+                              "the task's image; always: over the image whenever there is a Dockerfile."),
 ) -> None:
     """Write an environment whose tasks keep pointing at the original task directories."""
     from .tasks.harbor import write_environment
 
     try:
-        imported = write_environment(dirs, out)
+        imported = write_environment(dirs, out, image)  # type: ignore[arg-type]  # checked there, one-line error
     except ProctorError as exc:
         _fail(exc)
     for item in imported:

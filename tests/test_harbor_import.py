@@ -303,3 +303,16 @@ def test_a_directory_with_both_task_files_is_a_clear_error(tmp_path):
         import_task(both)
     got = cli("run", both, "--agent", "oracle", "--out", tmp_path / "out")
     assert got.exit_code == 2 and "both task.toml" in got.stderr and "Traceback" not in got.output
+
+
+def test_image_always_runs_even_a_host_honourable_task_over_its_image(tmp_path):
+    assert import_task(HARBOR).task.image is None
+    imported = import_task(HARBOR, image="always")
+    assert imported.task.image is not None and imported.task.image.dockerfile == HARBOR / "environment" / "Dockerfile"
+    assert any("image always (asked for)" in n for n in imported.notes)
+    got = cli("import", "harbor", HARBOR, "--image", "always", "--out", tmp_path / "env")
+    assert got.exit_code == 0, got.output
+    assert "image='always'" in (tmp_path / "env" / "__init__.py").read_text()
+    assert load_environment(str(tmp_path / "env")).tasks["word-count"].image is not None
+    got = cli("import", "harbor", HARBOR, "--image", "sometimes", "--out", tmp_path / "env2")
+    assert got.exit_code == 2 and "image 'sometimes': must be auto or always" in got.stderr

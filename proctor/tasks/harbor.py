@@ -35,7 +35,7 @@ import subprocess
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..agents.script import Script
 from ..errors import ConfigError
@@ -80,9 +80,16 @@ def layout(path: str | Path) -> str | None:
     return None
 
 
-def import_task(path: str | Path) -> ImportedTask:
+ImageMode = Literal["auto", "always"]
+
+
+def import_task(path: str | Path, image: ImageMode = "auto") -> ImportedTask:
     """The task of a Harbor or old Terminal-Bench directory; ConfigError naming the field that
-    cannot be honoured."""
+    cannot be honoured. `image`: "auto" runs the task on this machine's root when its Dockerfile
+    needs nothing the root lacks, else over its image; "always" over its image whenever it has a
+    Dockerfile (faithful to the image's own tools and Python, at the cost of a build)."""
+    if image not in ("auto", "always"):
+        raise ConfigError(f"image {image!r}: must be auto or always")
     root = Path(path).resolve()
     if (root / "task.toml").is_file() and (root / "task.yaml").is_file():
         raise ConfigError(f"{root}: holds both task.toml (Harbor) and task.yaml (old Terminal-Bench); which one describes the task "
@@ -91,7 +98,7 @@ def import_task(path: str | Path) -> ImportedTask:
     if kind is None:
         raise ConfigError(f"{root}: not a Harbor task (task.toml + instruction.md) or an old Terminal-Bench task (task.yaml + run-tests.sh or tests/)")
     _check_tree(root)
-    return _harbor(root) if kind == "harbor" else _terminal_bench(root)
+    return _harbor(root, image) if kind == "harbor" else _terminal_bench(root, image)
 
 
 def _check_tree(root: Path) -> None:
@@ -122,12 +129,12 @@ def _text(path: Path) -> str:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def load_task(path: str | Path) -> Task:
-    return import_task(path).task
+def load_task(path: str | Path, image: ImageMode = "auto") -> Task:
+    return import_task(path, image).task
 
 
 # -- Harbor -------------------------------------------------------------------------------------------
-def _harbor(root: Path) -> ImportedTask:
+def _harbor(root: Path, mode: ImageMode = "auto") -> ImportedTask:
     where = root / "task.toml"
     try:
         config = tomllib.loads(_text(where))
@@ -160,7 +167,7 @@ def _harbor(root: Path) -> ImportedTask:
     compose = root / "environment" / "docker-compose.yaml"
     if compose.exists() or (root / "environment" / "docker-compose.yml").exists():
         raise ConfigError(f"{root / 'environment'}: docker-compose: extra services cannot run beside Proctor's sandbox; refusing the task")
-    image = _environment(root / "environment" / "Dockerfile", root / "environment", notes, docker_image=docker_image,
+    image = _environment(root / "environment" / "Dockerfile", root / "environment", notes, mode, docker_image=docker_image,
                          keep_out=(root / "tests", root / "solution"))
     limits = _limits(cpus=env.get("cpus"), memory=_mib(env, "memory", where), storage=_mib(env, "storage", where),
                      agent_s=_table(config, "agent", where).get("timeout_sec"), where=where)
@@ -289,7 +296,7 @@ class _NeedsImage(ConfigError):
     """A Dockerfile line this machine's root does not already satisfy: the task runs over its image."""
 
 
-def _environment(dockerfile: Path, context: Path, notes: list[str], *, docker_image: str | None = None,
+def _environment(dockerfile: Path, context: Path, notes: list[str], mode: ImageMode, *, docker_image: str | None = None,
                  keep_out: tuple[Path, ...] = ()) -> _Image:
     """How the task's environment is made: on this machine's root when its Dockerfile needs
     nothing the root lacks (no build: fast, and nothing to pull), else over its image, built from
@@ -305,6 +312,8 @@ def _environment(dockerfile: Path, context: Path, notes: list[str], *, docker_im
     if covering is not None:
         return _over_image(dockerfile, context, notes, f"{covering}: copies the task directory (on this machine's root the "
                            "tests and solution would be in the workdir)", secret)
+    if mode == "always" and dockerfile.is_file():
+        return _over_image(dockerfile, context, notes, f"{dockerfile.name}: image always (asked for)", secret)
     host_notes: list[str] = []
     try:
         image = _dockerfile(dockerfile, context, host_notes)
@@ -522,7 +531,7 @@ def _task(root: Path, instruction: str, metadata: dict[str, Any], image: _Image,
 
 
 # -- old Terminal-Bench ---------------------------------------------------------------------------------
-def _terminal_bench(root: Path) -> ImportedTask:
+def _terminal_bench(root: Path, mode: ImageMode = "auto") -> ImportedTask:
     import yaml
 
     where = root / "task.yaml"
@@ -552,7 +561,7 @@ def _terminal_bench(root: Path) -> ImportedTask:
             if len(services) > 1:
                 raise ConfigError(f"{path}: services {', '.join(services)}: extra services cannot run beside Proctor's sandbox; refusing the task")
             notes.append(f"{compose}: its one service is the student's sandbox; its settings (volumes, environment) are not applied")
-    image = _environment(root / "Dockerfile", root, notes,
+    image = _environment(root / "Dockerfile", root, notes, mode,
                          keep_out=(root / "tests", root / "solution.sh", root / "run-tests.sh", root / "task.yaml"))
     limits = _limits(cpus=None, memory=None, storage=None, agent_s=config.get("max_agent_timeout_sec"), where=where)
     metadata = {"tags": config.get("tags") or [], "difficulty": config.get("difficulty"), "category": config.get("category")}
@@ -573,13 +582,13 @@ def _oracle_file(solve: Path, workdir: str, limits: Limits) -> Script:
 
 
 # -- environments ---------------------------------------------------------------------------------------
-def task_environment(path: str | Path) -> tuple[Any, list[str]]:
+def task_environment(path: str | Path, image: ImageMode = "auto") -> tuple[Any, list[str]]:
     """A one-task `Environment` for `proctor run TASK_DIR`, and the import's notes."""
     from types import ModuleType
 
     from .loading import Environment
 
-    imported = import_task(path)
+    imported = import_task(path, image)
     module = ModuleType(f"proctor_imported_{imported.task.id.replace('-', '_').replace('.', '_')}")
     module.TASKS = [imported.task]  # type: ignore[attr-defined]
     env = Environment(name=str(path), module=module, directory=Path(path).resolve(), tasks={imported.task.id: imported.task})
@@ -595,10 +604,10 @@ TASKS = [
 '''
 
 
-def write_environment(dirs: list[str], out: str | Path) -> list[ImportedTask]:
+def write_environment(dirs: list[str], out: str | Path, image: ImageMode = "auto") -> list[ImportedTask]:
     """Import every directory (all must import, ids distinct) and write OUT/__init__.py, which
     loads them from where they are."""
-    imported = [import_task(d) for d in dirs]
+    imported = [import_task(d, image) for d in dirs]
     seen: dict[str, str] = {}
     for d, item in zip(dirs, imported):
         if item.task.id in seen:
@@ -608,7 +617,8 @@ def write_environment(dirs: list[str], out: str | Path) -> list[ImportedTask]:
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise ConfigError(f"--out {dest}: exists and is not an empty directory; choose a new one")
     dest.mkdir(parents=True, exist_ok=True)
-    lines = "".join(f"    load_task({str(Path(d).resolve())!r}),\n" for d in dirs)
+    how = "" if image == "auto" else f", image={image!r}"
+    lines = "".join(f"    load_task({str(Path(d).resolve())!r}{how}),\n" for d in dirs)
     (dest / "__init__.py").write_text(_ENVIRONMENT.format(tasks=lines))
     return imported
 
