@@ -114,8 +114,38 @@ def test_an_image_without_python_is_an_infra_error_naming_it_not_a_zero_for_the_
     (tmp_path / "sub").mkdir()
     verdict = evaluate(PytestJudge(tests=str(ACME / "tests"), timeout_s=60),
                        JudgeContext(submission=tmp_path / "sub", sandbox_spec=SandboxSpec(image=root, workdir="/app")))
-    assert verdict.infra_error and "has no working /usr/bin/python3" in verdict.explanation, verdict.explanation
+    assert verdict.infra_error and "has no working python3" in verdict.explanation, verdict.explanation
     assert not verdict.misbehaviour
+    from proctor.sandbox import get_backend
+    from proctor.tools import make_tools
+    from proctor.tools.base import ToolConfig, ToolContext
+
+    with get_backend("bwrap").create(SandboxSpec(image=root, workdir="/app")) as box:
+        assert box.system_python is None
+        [write] = [t for t in make_tools(("write_file",))]
+        result = write.run({"path": "/app/x.txt", "content": "x"}, ToolContext(sandbox=box, config=ToolConfig()))
+        assert "needs a python3 inside the sandbox and this task's image has none" in result.output, result
+
+
+def test_the_judge_finds_python3_where_the_images_path_has_it_as_official_python_images_do(confinement, image_store, tmp_path, monkeypatch):
+    # python:3.x-slim has /usr/local/bin/python3 and no /usr/bin/python3; a python3 on a PATH entry
+    # inside the workdir (which the student writes) is never the one used.
+    task_dir = tmp_path / "acme-local-python"
+    shutil.copytree(ACME, task_dir)
+    dockerfile = task_dir / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace(
+        "ENV PATH=/opt/acme/bin:", "RUN ln -s /usr/bin/python3.11 /usr/local/bin/python3 && rm /usr/bin/python3\nENV PATH=/app/bin:/opt/acme/bin:"))
+    monkeypatch.setenv("PROCTOR_IMAGE_STORE", str(image_store.root))
+    monkeypatch.setenv("PROCTOR_IMAGE_ROOTS", str(image_store.roots))
+    out = tmp_path / "env"
+    write_environment([str(task_dir)], out)
+    oracle = rollout(out, "acme-local-python", "oracle", tmp_path / "o")
+    assert (oracle.status, oracle.score) == ("completed", 1.0), (oracle.errors, oracle.steps)
+    fake = Script(name="fake-python", turns=[
+        {"tool": "bash", "arguments": {"command": "mkdir -p /app/bin && printf '#!/bin/sh\\necho 3 11; exit 0\\n' > /app/bin/python3 && chmod +x /app/bin/python3"}},
+        {"tool": "submit", "arguments": {}}])
+    result = rollout(out, "acme-local-python", fake, tmp_path / "f")
+    assert result.score == 0.0 and result.status != "infra_error", (result.status, result.errors, result.steps)
 
 
 def test_the_tasks_own_conftest_copied_by_its_dockerfile_is_not_the_students(confinement, image_store, tmp_path, monkeypatch):

@@ -176,7 +176,7 @@ class PytestJudge(Judge):
             grader, tests = Path(scratch) / "grader", Path(scratch) / "tests"
             _build_grader(grader)
             _copy_tree(root, tests, only=files if Path(self.tests).suffix == ".py" else None)
-            sources = _hide_sources(tests, self.tests_at)
+            sources = _hide_sources(tests, self.tests_at, [f for f in files if (tests / f).is_file()])
             # Validated again (model_copy would not): tests_at may not overlap the task's workdir or data.
             try:
                 spec = type(base).model_validate({**base.model_dump(), "mounts": (
@@ -192,7 +192,7 @@ class PytestJudge(Judge):
                     box.copy_in(ctx.submission, read_only=not self.writable_workdir)
                 python = f"{box.python_runtime}/bin/python" if box.python_runtime else "/usr/bin/python3"
                 if spec.image is not None:
-                    _check_image_python(box, python, spec.image.name)
+                    python = _image_python(box, spec.image.name)
                 budget = max(1.0, min(self.timeout_s, ctx.time_left()) - 3.0)
                 t = time.monotonic()
                 result = box.run([python, "-I", "-B", "/grader/run.py"], input=(json.dumps(settings) + "\n").encode(),
@@ -205,21 +205,25 @@ class PytestJudge(Judge):
                     timed_out=result.timed_out, budget=budget, wall=wall, events=events)
 
 
-def _check_image_python(box: Any, python: str, image: str) -> None:
-    """Over a task image the tests run with the image's own Python (its packages are what the
-    tests import) and the judge's pytest: a missing or too old interpreter is the task's problem,
-    an infra error naming the image, never a zero for the student."""
+def _image_python(box: Any, image: str) -> str:
+    """Over a task image the tests run with the image's own python3 (`box.system_python`: where
+    its PATH finds it, never in a place the student writes), so they import the packages its
+    Dockerfile installed. A missing or too old interpreter is the task's problem, an infra error
+    naming the image, never a zero for the student."""
     from importlib.metadata import metadata
 
+    python = getattr(box, "system_python", None)
+    got = box.run([python, "-I", "-c", "import sys; print(*sys.version_info[:2])"], timeout=30) if python else None
+    found = got.text.split() if got is not None and got.exit_code == 0 else []
+    if len(found) != 2 or not all(v.isdigit() for v in found):
+        raise _AuthoringError(f"task image {image!r} has no working python3 (looked where its PATH points, and in /usr/local/bin and /usr/bin), "
+                              "which PytestJudge runs the tests with; install python3 in its Dockerfile")
     wanted = re.findall(r"\d+", metadata("pytest").get("Requires-Python") or ">=3.8")[:2]
     floor = (int(wanted[0]), int(wanted[1]) if len(wanted) > 1 else 0)
-    got = box.run([python, "-I", "-c", "import sys; print(*sys.version_info[:2])"], timeout=30)
-    version = got.text.split()
-    if got.exit_code != 0 or len(version) != 2 or not all(v.isdigit() for v in version):
-        raise _AuthoringError(f"task image {image!r} has no working {python}, which PytestJudge runs the tests with; install python3 in its Dockerfile")
-    if (int(version[0]), int(version[1])) < floor:
-        raise _AuthoringError(f"task image {image!r} has Python {'.'.join(version)}; the judge's pytest needs {floor[0]}.{floor[1]} or newer: "
+    if (int(found[0]), int(found[1])) < floor:
+        raise _AuthoringError(f"task image {image!r} has Python {found[0]}.{found[1]}; the judge's pytest needs {floor[0]}.{floor[1]} or newer: "
                               "use a newer base image")
+    return python
 
 
 class _Run:
@@ -266,15 +270,54 @@ def _copy_tree(src: Path, dst: Path, only: list[str] | None = None) -> None:
 _STUB = "# PytestJudge: this file's text reaches the test process on a private channel; it is not on disk while the tests run.\n"
 
 
-def _hide_sources(tests: Path, tests_at: str) -> dict[str, str]:
-    """The text of every .py file in the copied tests tree, keyed by its path in the sandbox, each
-    file left on disk as a stub: pytest finds the paths it collects, the judge's loader serves the
-    text from memory, and student code that opens /tests/... reads no expected answer."""
+def _hide_sources(tests: Path, tests_at: str, files: list[str]) -> dict[str, str]:
+    """The text of the test files and of every module they import from the tests tree, keyed by
+    its path in the sandbox, each file left on disk as a stub: pytest finds the paths it collects,
+    the judge's loader serves the text from memory, and student code that opens /tests/... reads
+    no expected answer. Other .py files (helpers the tests run as scripts, `python3 /tests/verify.py`)
+    stay real on disk, since a child process cannot be served from memory: like the tests' data
+    files, student code can read them while the tests run (docs/judges.md)."""
     sources: dict[str, str] = {}
-    for path in sorted(tests.rglob("*.py")):
+    for path in sorted(_imported_closure(tests, files)):
         sources[f"{tests_at}/{path.relative_to(tests)}"] = path.read_text(encoding="utf-8", errors="replace")
         path.write_text(_STUB)
     return sources
+
+
+def _imported_closure(tests: Path, files: list[str]) -> set[Path]:
+    """The test files and the .py files of the tests tree they import, directly or through each
+    other (`import helper`, `from lib.util import x`, `from . import helper`), found with `ast`."""
+    todo = [tests / f for f in files]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except (SyntaxError, ValueError):
+            continue
+        bases = [path.parent, tests]
+        for node in ast.walk(tree):
+            names: list[tuple[Path, str]] = []
+            if isinstance(node, ast.Import):
+                names = [(b, a.name) for a in node.names for b in bases]
+            elif isinstance(node, ast.ImportFrom):
+                here = path.parent
+                for _ in range(max(0, node.level - 1)):
+                    here = here.parent
+                roots = [here] if node.level else bases
+                module = node.module or ""
+                names = [(b, module) for b in roots if module] + [(b, f"{module}.{a.name}".strip(".")) for a in node.names for b in roots]
+            for base, name in names:
+                parts = name.split(".")
+                for i in range(1, len(parts) + 1):
+                    stem = base.joinpath(*parts[:i])
+                    for candidate in (stem.with_suffix(".py"), stem / "__init__.py"):
+                        if candidate.is_file() and candidate.resolve().is_relative_to(tests.resolve()):
+                            todo.append(candidate)
+    return seen
 
 
 # -- what the judge expects, before any student code runs ---------------------------------------

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import posixpath
 import secrets
+import stat
 import subprocess
 import threading
 import time
@@ -96,6 +98,33 @@ def _seed_workdir(name: str, own: OwnView, workdir: str, dest: Path, uid: int) -
     except OSError as exc:
         raise ConfigError(f"task image {name!r}: its {workdir} does not fit the task's workdir ({exc.strerror}); "
                           "raise the task's workdir_bytes or make the image's files smaller") from None
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _image_python(own: OwnView, path: str, writable: tuple[str, ...]) -> str | None:
+    """The image's python3 as its PATH finds it (official python:* images have it only in
+    /usr/local/bin), looked up in the mounted image from outside, links followed inside the
+    image; PATH entries the student could write are skipped. None: the image has no python3."""
+    assert own.system_root is not None
+    root = own.system_root
+    dirs = [d for d in path.split(":") if d.startswith("/") and not any(d == w or d.startswith(w.rstrip("/") + "/") for w in writable)]
+    for d in [*dirs, "/usr/local/bin", "/usr/bin"]:
+        inside = posixpath.join(d, "python3")
+        for _ in range(16):  # follow links inside the image, never out of it
+            host = root / inside.lstrip("/")
+            try:
+                st = os.lstat(host)
+            except OSError:
+                break
+            if stat.S_ISLNK(st.st_mode):
+                inside = posixpath.normpath(posixpath.join(posixpath.dirname(inside), os.readlink(host)))
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o001:
+                return posixpath.join(d, "python3")
+            break
+    return None
 
 
 def _check_image_tools(name: str, own: OwnView) -> None:
@@ -182,6 +211,8 @@ class Sandbox:
         # A task image brings its own Python (the image's /usr/bin/python3): the host's student
         # runtime is not mounted into it unless the spec names one.
         self.python_runtime = spec.runtime if spec.image is not None else spec.runtime or default_runtime()
+        # The interpreter trusted helpers run as `python3 -I -S` (file tools, judges): the host's, or the image's own.
+        self.system_python: str | None = SYSTEM_PYTHON
         self._default_cwd = (spec.image.workdir if spec.image is not None and spec.image.workdir not in (None, "/") else None) or spec.workdir
 
     # -- creation --------------------------------------------------------------------------------
@@ -239,6 +270,8 @@ class Sandbox:
                 self._loader = IMAGE_LOADER
         if self.spec.image is not None:
             _check_image_tools(self.spec.image.name, own)
+            self.system_python = _image_python(own, self.spec.image.env.get("PATH") or "/usr/local/bin:/usr/bin:/bin",
+                                               (self.spec.workdir, "/tmp", "/var/tmp", "/dev/shm", self.spec.data_at))
             if self.spec.seed_workdir:
                 _seed_workdir(self.spec.image.name, own, self.spec.workdir, self._places.workdir, self.uid)
 

@@ -3,7 +3,8 @@ custom tools) touch the student's files.
 
 The root harness never opens, stats or follows a path the student controls: a path is only ever
 a string handed to a helper that runs with the student's uid, in the student's namespaces, under
-the command timeout. The helper is the system interpreter started as `/usr/bin/python3 -I -S`:
+the command timeout. The helper is the system interpreter (`/usr/bin/python3`, or a task image's own python3:
+`box.system_python`) started as `python3 -I -S`:
 `-I` ignores PYTHON* variables, the user site and the current directory, `-S` skips `site`, so
 nothing planted in the workdir or /tmp (`sitecustomize.py`, `.pth`, a `json.py`) is imported. Its
 input is one JSON object on stdin, never argv or a host path. Its reply is one JSON line
@@ -103,8 +104,11 @@ def run_inside(ctx: ToolContext, source: str, payload: dict[str, Any], *, body_c
     """Run `PRELUDE + source` as the student with `payload` as `args`; the source ends by calling
     reply(meta, body) with len(body) <= body_cap, or fail(message)."""
     timeout = timeout or ctx.config.file_timeout_s
+    python = getattr(ctx.sandbox, "system_python", PYTHON)
+    if python is None:
+        return Inside(error=f"{what} needs a python3 inside the sandbox and this task's image has none; use bash (cat, printf, tee) instead")
     res = ctx.sandbox.run(
-        [PYTHON, "-I", "-S", "-c", PRELUDE + source],
+        [python, "-I", "-S", "-c", PRELUDE + source],
         input=json.dumps(payload).encode(), timeout=timeout, output_cap=body_cap + _META_CAP, cwd="/",
     )
     if res.timed_out:

@@ -1,0 +1,71 @@
+"""PytestJudge and the .py files of a task's tests tree that are not test modules: helpers the
+tests import are served from memory (stubs on disk, so student code cannot read them), helpers the
+tests run as scripts stay real (a child process cannot be served from memory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from proctor.judges import JudgeContext, PytestJudge, evaluate
+from proctor.sandbox import SandboxSpec
+
+VERIFY = """import sys
+from pathlib import Path
+p = Path("/app/answer.txt")
+if not p.is_file() or p.read_text().strip() != "42":
+    print("wrong")
+    sys.exit(1)
+print("ok")
+"""
+TESTS = {
+    "verify.py": VERIFY,
+    "expected.py": "ANSWER = '42'\n",
+    "test_answer.py": """import subprocess, sys
+from expected import ANSWER
+
+
+def test_the_verifier_passes():
+    assert subprocess.run([sys.executable, "/tests/verify.py"]).returncode == 0
+
+
+def test_the_verifier_says_ok():
+    assert "ok" in subprocess.run([sys.executable, "/tests/verify.py"], capture_output=True, text=True).stdout
+
+
+def test_the_answer_module():
+    from answer import value
+    assert value() == ANSWER
+""",
+}
+READ_EXPECTED = "from pathlib import Path\n\ndef value():\n    return Path('/tests/expected.py').read_text().split(\"'\")[1]\n"
+
+
+def _grade(tmp_path: Path, files: dict[str, str]):
+    tests = tmp_path / "hidden" / "tests"
+    tests.mkdir(parents=True)
+    for name, text in TESTS.items():
+        (tests / name).write_text(text)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    for name, text in files.items():
+        (sub / name).write_text(text)
+    return evaluate(PytestJudge(tests="tests", timeout_s=60),
+                    JudgeContext(submission=sub, hidden=tmp_path / "hidden", sandbox_spec=SandboxSpec(workdir="/app")))
+
+
+def test_a_helper_run_as_a_script_is_real_so_doing_nothing_scores_zero(confinement, tmp_path):
+    verdict = _grade(tmp_path, {})
+    assert verdict.score == 0.0 and not verdict.infra_error, verdict.explanation
+    assert "0 of 3 tests passed" in verdict.explanation, verdict.explanation
+
+
+def test_an_honest_answer_passes_a_helper_run_as_a_script(confinement, tmp_path):
+    verdict = _grade(tmp_path, {"answer.txt": "42\n", "answer.py": "def value():\n    return '42'\n"})
+    assert (verdict.score, verdict.explanation) == (1.0, "all 3 tests passed"), verdict.explanation
+    assert not verdict.misbehaviour
+
+
+def test_a_helper_the_tests_import_is_still_not_readable_by_student_code(confinement, tmp_path):
+    verdict = _grade(tmp_path, {"answer.txt": "42\n", "answer.py": READ_EXPECTED})
+    assert verdict.score == 0.0, verdict.explanation
+    assert "test_the_answer_module" in verdict.explanation
