@@ -224,6 +224,7 @@ class _Copier:
     dirs: int = 0
     skipped: list[SkippedEntry] = field(default_factory=list)
     inner_links: bool = False  # the whole workdir: leave benign links out instead of refusing
+    workdir_at: bytes | None = None  # the workdir's path inside the sandbox, with a trailing /
     links_left_out: int = 0
     _entries_capped: bool = False
 
@@ -239,7 +240,8 @@ class _Copier:
         except OSError:
             return False
         if target.startswith(b"/"):
-            benign = any(target.startswith(p) for p in _SYSTEM_LINK_TARGETS) and b"/../" not in target + b"/"
+            prefixes = (*_SYSTEM_LINK_TARGETS, self.workdir_at) if self.workdir_at else _SYSTEM_LINK_TARGETS
+            benign = any(target.startswith(p) for p in prefixes) and b"/../" not in target + b"/" and b"/./" not in target + b"/"
         else:
             inside = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
             benign = not (inside == b".." or inside.startswith(b"../") or inside.startswith(b"/"))
@@ -360,7 +362,9 @@ class _Copier:
             # O_EXCL|O_NOFOLLOW on our own side too: dest is ours, but never write through a link.
             dst = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_parent)
             try:
-                os.fchmod(dst, 0o600)  # umask may only remove bits; set exactly, never the source's mode
+                # Set exactly (umask may only remove bits), never the source's mode: only whether it was executable,
+                # so a script or binary the student built still runs where it is graded; never setuid/setgid/sticky.
+                os.fchmod(dst, 0o700 if st.st_mode & stat.S_IXUSR else 0o600)
                 cap = min(self.limits.max_file_bytes, self.limits.max_total_bytes - self.bytes)
                 copied = _copy_bounded(src, dst, cap)
                 after = os.fstat(src)
@@ -575,8 +579,11 @@ def take_custody(
     *,
     student_uid: int | None,
     limits: CustodyLimits = CustodyLimits(),
+    workdir_at: str | None = None,
 ) -> CustodyReport:
     """Copy each declared path out of the student's tree `root` into the fresh directory `dest`.
+    `workdir_at`: where `root` is inside the sandbox (its workdir, e.g. /app), so a whole-workdir
+    submission's absolute link back into it is left out like a relative one, not refused.
 
     Each item is copied whole or not at all: a symlink, special file, foreign hard link, cap
     overrun or mid-copy swap anywhere in it refuses the item (with the misbehaviour kind and the
@@ -590,7 +597,7 @@ def take_custody(
     if WHOLE_WORKDIR in paths:
         if len(paths) != 1:
             raise CustodyError(f"declared submission paths {list(paths)!r}: '*' (the whole workdir) must be declared alone")
-        return _take_whole(root, dest, student_uid, limits)
+        return _take_whole(root, dest, student_uid, limits, workdir_at)
     declared = [(p, _declared_parts(p, limits)) for p in paths]
     _check_overlap(declared)
     root_fd, root_st = _open_root(root)
@@ -606,14 +613,16 @@ def take_custody(
     return CustodyReport(items=items, dest=os.path.abspath(dest))
 
 
-def _take_whole(root: str | Path, dest: str | Path, student_uid: int | None, limits: CustodyLimits) -> CustodyReport:
+def _take_whole(root: str | Path, dest: str | Path, student_uid: int | None, limits: CustodyLimits,
+                workdir_at: str | None = None) -> CustodyReport:
     """The whole workdir as one strict item: each top-level entry is copied like a declared path;
     the first refusal anywhere empties dest and refuses the lot."""
     root_fd, root_st = _open_root(root)
     try:
         dest_fd = _make_dest(dest, root)
         try:
-            copier = _Copier(limits=limits, owner_uid=_owner(student_uid, root_st), lenient=False, inner_links=True)
+            copier = _Copier(limits=limits, owner_uid=_owner(student_uid, root_st), lenient=False, inner_links=True,
+                             workdir_at=os.fsencode(workdir_at.rstrip("/") + "/") if workdir_at else None)
             try:
                 for name in copier.list(root_fd, b".", 0):
                     st = copier.lstat(root_fd, name, name)
@@ -796,7 +805,8 @@ def custody_point(
     kill = box.kill_all(deadline_s=kill_deadline_s)
     if not kill.empty:
         return CustodyPoint(kill=kill, report=None, misbehaviour=[MisbehaviourEvent(kind="unreapable_processes", detail=kill.detail)])
-    report = take_custody(box.workdir, paths, dest, student_uid=box.uid, limits=limits)
+    report = take_custody(box.workdir, paths, dest, student_uid=box.uid, limits=limits,
+                          workdir_at=getattr(getattr(box, "spec", None), "workdir", None))
     events = [
         MisbehaviourEvent(kind=item.misbehaviour, detail=item.reason or item.path)
         for item in report.items

@@ -88,7 +88,7 @@ def put(root: Path, rel: str, data: bytes = b"", *, uid: int = STUDENT, mode: in
 
 def tree_of(top: Path | bytes) -> dict[bytes, bytes | None]:
     """lstat walk of a custody copy: relative path -> content (file) or None (dir). Fails on any
-    other kind of entry and on modes or owners other than 0600/0700 root."""
+    other kind of entry and on modes or owners other than 0600/0700 root (0700: an executable file)."""
     base = os.fsencode(top)
     out: dict[bytes, bytes | None] = {}
     stack = [b""]
@@ -104,7 +104,7 @@ def tree_of(top: Path | bytes) -> dict[bytes, bytes | None]:
                 out[crel] = None
                 stack.append(crel)
             elif stat.S_ISREG(st_.st_mode):
-                assert stat.S_IMODE(st_.st_mode) == 0o600, f"{crel!r} has mode {st_.st_mode:o}"
+                assert stat.S_IMODE(st_.st_mode) in (0o600, 0o700), f"{crel!r} has mode {st_.st_mode:o}"
                 with open(full, "rb") as f:
                     out[crel] = f.read()
             else:
@@ -187,7 +187,11 @@ def test_a_regular_answer_is_copied_content_only_with_grader_only_modes(tmp_path
     report = custody_of(root, ["answer.txt"], dest)
     assert report.ok and report.items[0].status == "copied"
     assert (report.items[0].files, report.items[0].bytes) == (1, 3)
-    assert tree_of(dest) == {b"answer.txt": b"42\n"}  # also checks 0600 / root-owned
+    assert tree_of(dest) == {b"answer.txt": b"42\n"}  # also checks 0600/0700 and root-owned
+    assert stat.S_IMODE(os.stat(dest / "answer.txt").st_mode) == 0o700  # still executable; setuid, setgid and others' bits gone
+    plain = put(root, "plain.txt", b"x", mode=0o666)
+    assert plain and custody_of(root, ["plain.txt"], tmp_path / "c2").ok
+    assert stat.S_IMODE(os.stat(tmp_path / "c2" / "plain.txt").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(dest).st_mode) == 0o700 and os.stat(dest).st_uid == 0
     assert os.listxattr(dest / "answer.txt") == []
 

@@ -69,3 +69,23 @@ def test_a_helper_the_tests_import_is_still_not_readable_by_student_code(confine
     verdict = _grade(tmp_path, {"answer.txt": "42\n", "answer.py": READ_EXPECTED})
     assert verdict.score == 0.0, verdict.explanation
     assert "test_the_answer_module" in verdict.explanation
+
+
+def test_a_script_the_student_made_executable_still_runs_where_it_is_graded(confinement, tmp_path):
+    # Custody keeps whether a file was executable (never setuid/setgid): tests that run the
+    # student's script or binary, or check its mode, see it as the student left it.
+    from proctor.custody import take_custody
+    from proctor.sandbox import get_backend
+
+    tests = tmp_path / "hidden" / "t"
+    tests.mkdir(parents=True)
+    (tests / "test_run.py").write_text(
+        "import os, subprocess\n\ndef test_runs():\n    assert os.access('/app/run.sh', os.X_OK)\n"
+        "    assert subprocess.run(['/app/run.sh'], capture_output=True, text=True).stdout == 'ran\\n'\n")
+    with get_backend().create(SandboxSpec(workdir="/app")) as box:
+        box.run("printf '#!/bin/sh\\necho ran\\n' > /app/run.sh && chmod +x /app/run.sh")
+        box.kill_all()
+        assert take_custody(box.workdir, ["*"], tmp_path / "sub", student_uid=box.uid).ok
+    verdict = evaluate(PytestJudge(tests="t", timeout_s=60),
+                       JudgeContext(submission=tmp_path / "sub", hidden=tmp_path / "hidden", sandbox_spec=SandboxSpec(workdir="/app")))
+    assert (verdict.score, verdict.explanation) == (1.0, "all 1 tests passed"), verdict.explanation

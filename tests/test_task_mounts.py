@@ -94,18 +94,20 @@ def test_a_virtual_environment_in_the_whole_workdir_is_no_refusal(make_sandbox, 
     box = make_sandbox(SandboxSpec(workdir="/app"))
     box.run("echo 42 > /app/answer.txt && python3 -m venv --without-pip /app/.venv"
             " && mkdir -p /app/node_modules/tool/bin /app/node_modules/.bin && echo x > /app/node_modules/tool/bin/cli.js"
-            " && ln -s ../tool/bin/cli.js /app/node_modules/.bin/cli && ln -s answer.txt /app/latest")
+            " && ln -s ../tool/bin/cli.js /app/node_modules/.bin/cli && ln -s answer.txt /app/latest"
+            " && ln -s /app/answer.txt /app/node_modules/abs")  # an absolute link back into the workdir (a fresh attacker's F8)
     assert box.run("test -L /app/.venv/bin/python && echo link").text.strip() == "link"
     dest = tmp_path / "custody"
     point = custody_point(box, [WHOLE_WORKDIR], dest)
     [item] = point.report.items
     assert item.status == "copied" and not point.misbehaviour, item
-    assert item.links_left_out >= 3 and (dest / "answer.txt").read_text() == "42\n"
+    assert item.links_left_out >= 4 and (dest / "answer.txt").read_text() == "42\n"
     assert (dest / ".venv" / "pyvenv.cfg").is_file() and not (dest / ".venv" / "bin" / "python").exists()
     assert not any(p.is_symlink() for p in dest.rglob("*")), "a link reached the custody copy"
 
 
-@pytest.mark.parametrize("plant", ["ln -s ../../etc/shadow /app/deep/up", "ln -s /usr/../etc/shadow /app/deep/sneak", "ln -s /tmp/key /app/deep/tmp"])
+@pytest.mark.parametrize("plant", ["ln -s ../../etc/shadow /app/deep/up", "ln -s /usr/../etc/shadow /app/deep/sneak", "ln -s /tmp/key /app/deep/tmp",
+                                   "ln -s /app/../etc/shadow /app/deep/back", "ln -s /apple/x /app/deep/prefix"])
 def test_a_link_that_leaves_the_workdir_or_system_still_refuses(make_sandbox, tmp_path, plant):
     box = make_sandbox(SandboxSpec(workdir="/app"))
     box.run(f"echo 42 > /app/answer.txt && mkdir /app/deep && {plant}")
