@@ -466,6 +466,11 @@ class Episode:
             self.box.copy_in(task.workdir_files)
         # What the task gave the student, read before any student command: judges never count it as the student's.
         self._starting_files = starting_files(self.box.workdir) if task.workdir_files or image is not None else {}
+        if len(self._starting_files) > self.config.custody.max_entries:
+            where = "its image's files" if image is not None else "its workdir_files"
+            raise ConfigError(f"task {task.id!r}: the workdir starts with {len(self._starting_files)} files ({where} at {task.workdir}), more than "
+                              f"custody's max_entries ({self.config.custody.max_entries}): every submission would be refused; "
+                              "raise RolloutConfig.custody.max_entries or ship fewer files")
         self._tools = make_tools(task.tools)
         self._specs = [tool.spec() for tool in self._tools]
         self.transcript.emit("rollout_start", run_id=self.run_id, task_id=task.id, instance=self.instance.model_dump(mode="json"),

@@ -150,6 +150,8 @@ def _variant(tmp_path: Path, source: Path, edit: dict[str, str]) -> Path:
     ({"environment/Dockerfile": "FROM python:3.11-slim\nCOPY ../solution/solve.sh /app/\n"}, ["Dockerfile:2", "copies solution"]),
     ({"environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /usr/src/app\n"}, ["Task.workdir '/usr/src/app'", "/usr"]),
     ({"environment/docker-compose.yaml": "services:\n  main: {}\n  db: {}\n"}, ["docker-compose", "extra services"]),
+    ({"environment/Dockerfile": ""}, ["Dockerfile: no FROM line"]),
+    ({"environment/Dockerfile": "# only a comment\nWORKDIR /app\n"}, ["Dockerfile: no FROM line"]),
 ])
 def test_what_cannot_be_honoured_is_refused_naming_it(tmp_path, edit, words):
     # task.toml additions go under [environment], its last table in the fixture.
@@ -178,6 +180,14 @@ def test_a_dockerfile_the_root_cannot_stand_in_for_runs_over_its_image(tmp_path,
     [note] = [n for n in imported.notes if "runs over its image" in n]
     assert all(w in note for w in words), note
     assert not any("this machine's root (its Dockerfile" in n for n in imported.notes)
+
+
+def test_a_relative_workdir_is_taken_from_the_one_before_or_from_the_root_as_docker_does(tmp_path):
+    for text, workdir in (("FROM python:3.11-slim\nRUN make\nWORKDIR app\n", "/app"),
+                          ("FROM python:3.11-slim\nWORKDIR /srv\nWORKDIR app\n", "/srv/app"),
+                          ("FROM python:3.11-slim\nWORKDIR app\n", "/app")):
+        assert import_task(_variant(tmp_path / str(len(workdir)) / text.count("\n").__str__(), HARBOR,
+                                    {"environment/Dockerfile": text})).task.workdir == workdir, text
 
 
 def test_a_prebuilt_docker_image_is_used_as_it_is(tmp_path):
@@ -316,3 +326,12 @@ def test_image_always_runs_even_a_host_honourable_task_over_its_image(tmp_path):
     assert load_environment(str(tmp_path / "env")).tasks["word-count"].image is not None
     got = cli("import", "harbor", HARBOR, "--image", "sometimes", "--out", tmp_path / "env2")
     assert got.exit_code == 2 and "image 'sometimes': must be auto or always" in got.stderr
+
+
+def test_what_a_test_script_would_install_at_grading_time_is_named_in_a_note(tmp_path):
+    script = "#!/bin/bash\napt-get install -y curl\npip install pytest==8.4.1 proctor-no-such-dist==2 && uvx -w proctor-other-missing pytest /tests\n"
+    imported = import_task(_variant(tmp_path, HARBOR, {"tests/test.sh": script}))
+    [note] = [n for n in imported.notes if "at grading time; not run" in n]
+    assert "proctor-no-such-dist, proctor-other-missing" in note and "pytest," not in note, note
+    assert any("unprivileged user, not root" in n for n in imported.notes)
+    assert not any("at grading time; not run" in n for n in import_task(HARBOR).notes)  # it installs only pytest

@@ -238,3 +238,13 @@ def test_a_link_in_the_images_workdir_is_refused_naming_the_image(image_store, t
     root = prepare(TaskImage(context=tmp_path), image_store)
     with pytest.raises(ConfigError, match=r"task image .*: /app/pw: only regular files and directories"):
         get_backend("bwrap").create(SandboxSpec(image=root, workdir="/app", seed_workdir=True))
+
+
+def test_a_workdir_under_an_image_directory_that_lacks_it_is_a_clear_error(image_root):
+    from proctor.errors import ConfigError
+
+    # /app exists in the test image (read-only); /app/sub does not, and cannot be made there.
+    with pytest.raises(ConfigError, match=r"has no directory /app/sub for the task's workdir /app/sub; make it in the Dockerfile"):
+        get_backend("bwrap").create(SandboxSpec(image=image_root, workdir="/app/sub"))
+    with get_backend("bwrap").create(SandboxSpec(image=image_root, workdir="/newtop")) as box:  # a top-level path is made
+        assert box.run("pwd").text.strip() in ("/app", "/newtop")

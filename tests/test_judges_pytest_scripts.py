@@ -89,3 +89,24 @@ def test_a_script_the_student_made_executable_still_runs_where_it_is_graded(conf
     verdict = evaluate(PytestJudge(tests="t", timeout_s=60),
                        JudgeContext(submission=tmp_path / "sub", hidden=tmp_path / "hidden", sandbox_spec=SandboxSpec(workdir="/app")))
     assert (verdict.score, verdict.explanation) == (1.0, "all 1 tests passed"), verdict.explanation
+
+
+def test_a_workdir_that_starts_with_more_files_than_custody_takes_is_a_clear_error(confinement, tmp_path):
+    # Every submission of such a task would be refused (and flagged) for the task's own files: a
+    # fresh attacker's image shipped 12 000 files in /app. It is an infra error naming the limit.
+    from proctor.custody import CustodyLimits
+    from proctor.harness import RolloutConfig
+    from proctor.testing import rollout
+
+    env = tmp_path / "manyenv"
+    (env / "files").mkdir(parents=True)
+    for i in range(30):
+        (env / "files" / f"f{i}.txt").write_text(str(i))
+    (env / "__init__.py").write_text(
+        "from pathlib import Path\nfrom proctor import ExactAnswer, Step, Task\n\n"
+        "TASKS = [Task(id='many', workdir_files=Path(__file__).parent / 'files', steps=[Step(instructions='x', submit=('*',),\n"
+        "    judge=ExactAnswer(path='f1.txt', expected='1'))])]\n")
+    result = rollout(env, "many", "null", tmp_path / "out", config=RolloutConfig(custody=CustodyLimits(max_entries=20)))
+    assert result.status == "infra_error" and not result.misbehaviour, (result.status, result.misbehaviour)
+    assert "the workdir starts with 30 files" in " ".join(result.errors) and "max_entries (20)" in " ".join(result.errors), result.errors
+    assert rollout(env, "many", "null", tmp_path / "ok").score == 1.0

@@ -75,6 +75,25 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+def _check_place_in_image(name: str, own: OwnView, place: str, field: str) -> None:
+    """The sandbox mounts the workdir and data over the image's read-only tree: a top-level path
+    is made in bubblewrap's own root, but one under an image directory must exist in the image."""
+    assert own.system_root is not None
+    parts = Path(place).parts[1:]
+    here = own.system_root
+    for depth, part in enumerate(parts):
+        here = here / part
+        if not os.path.lexists(here):
+            if depth == 0:
+                return
+            missing = "/" + "/".join(parts[:depth + 1])
+            raise ConfigError(f"task image {name!r} has no directory {missing} for the task's {field} {place}; "
+                              f"make it in the Dockerfile (RUN mkdir -p {place}) or choose a path that exists in the image")
+        if not here.is_dir() or here.is_symlink():
+            raise ConfigError(f"task image {name!r}: {'/' + '/'.join(parts[:depth + 1])} is not a directory in the image, "
+                              f"so the task's {field} {place} cannot be placed there")
+
+
 def _seed_workdir(name: str, own: OwnView, workdir: str, dest: Path, uid: int) -> None:
     """The image's files at `workdir` (what its Dockerfile put there), copied into the student's
     fresh writable workdir, owned by the student, before any student process exists. Links and
@@ -270,6 +289,9 @@ class Sandbox:
                 self._loader = IMAGE_LOADER
         if self.spec.image is not None:
             _check_image_tools(self.spec.image.name, own)
+            _check_place_in_image(self.spec.image.name, own, self.spec.workdir, "workdir")
+            if self.spec.data_dir:
+                _check_place_in_image(self.spec.image.name, own, self.spec.data_at, "data_at")
             self.system_python = _image_python(own, self.spec.image.env.get("PATH") or "/usr/local/bin:/usr/bin:/bin",
                                                (self.spec.workdir, "/tmp", "/var/tmp", "/dev/shm", self.spec.data_at))
             if self.spec.seed_workdir:

@@ -266,7 +266,7 @@ def _dockerfile(path: Path, context: Path, notes: list[str]) -> _Image:
         if word == "FROM":
             image.base = rest.split()[0] if rest else "?"
         elif word == "WORKDIR":
-            image.workdir, saw_workdir = _next_workdir(image.workdir, rest, here), True
+            image.workdir, saw_workdir = _next_workdir(image.workdir if saw_workdir else "/", rest, here), True
         elif word == "ENV":
             names = [part.split("=", 1)[0] for part in shlex.split(rest)] if "=" in rest else rest.split()[:1]
             if any(n not in _HARMLESS_ENV for n in names):
@@ -306,6 +306,8 @@ def _environment(dockerfile: Path, context: Path, notes: list[str], mode: ImageM
         notes.append(f"docker_image {docker_image}: the task runs over that image (from the local store, or pulled)"
                      + (f"; {dockerfile.name} is not built" if dockerfile.is_file() else "") + f"; the workdir is {workdir}")
         return _Image(base=docker_image, workdir=workdir, image=TaskImage(ref=docker_image))
+    if dockerfile.is_file() and not any(line.partition(" ")[0].upper() == "FROM" for _, line in _instructions(dockerfile)):
+        raise ConfigError(f"{dockerfile}: no FROM line: not a Dockerfile Proctor can read")
     # What the build must never see: the task's tests and solution where they share the context.
     secret = tuple(str(p.relative_to(context)) for p in keep_out if p.exists() and p.resolve().is_relative_to(context.resolve()))
     covering = _keep_out_of_the_image(dockerfile, context, keep_out) if dockerfile.is_file() else None
@@ -340,13 +342,14 @@ def _over_image(dockerfile: Path, context: Path, notes: list[str], reason: str, 
 
 
 def _image_workdir(dockerfile: Path) -> str:
-    """The Dockerfile's last WORKDIR (relative ones taken from the one before), or /app."""
-    workdir = DEFAULT_WORKDIR
+    """The Dockerfile's last WORKDIR (a relative one taken from the one before, or from /, as
+    Docker does), or /app when it has none."""
+    workdir: str | None = None
     for number, line in _instructions(dockerfile):
         word, _, rest = line.partition(" ")
         if word.upper() == "WORKDIR":
-            workdir = _next_workdir(workdir, rest.strip(), f"{dockerfile}:{number} `{_short(line)}`")
-    return workdir
+            workdir = _next_workdir(workdir or "/", rest.strip(), f"{dockerfile}:{number} `{_short(line)}`")
+    return workdir or DEFAULT_WORKDIR
 
 
 def _next_workdir(current: str, rest: str, here: str) -> str:
@@ -472,6 +475,31 @@ def _copy(rest: str, here: str, context: Path, image: _Image) -> None:
     image.workdir_files = src
 
 
+def _grading_installs(script: Path) -> list[str]:
+    """The packages a test.sh installs at grading time: `pip install X`, `uv pip install X`,
+    `uv add X`, `uvx --with X` / `-w X` (best effort, for a note; the script is never run)."""
+    found: list[str] = []
+    try:
+        text = script.read_text(errors="replace")
+    except OSError:
+        return found
+    for line in text.replace("\\\n", " ").splitlines():
+        for part in re.split(r"\s*(?:&&|;|\|\|)\s*", line.split("#", 1)[0]):
+            try:
+                words = shlex.split(part)
+            except ValueError:
+                continue
+            pip = _pip_install(words)
+            if pip is not None:
+                found += pip
+            elif words[:2] == ["uv", "add"]:
+                found += [w for w in words[2:] if not w.startswith("-")]
+            if words and words[0] in ("uvx", "uv"):
+                found += [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--with", "-w")]
+    names = [re.split(r"[<>=!~\[; ]", w, maxsplit=1)[0] for w in found]
+    return list(dict.fromkeys(n for n in names if n and not n.startswith(("-", "/", "."))))
+
+
 # -- the solution -------------------------------------------------------------------------------------
 def _oracle(solve: Path, folder: Path, workdir: str, limits: Limits) -> Script:
     """The solution script run as the student: its folder's text files written to /tmp/solution
@@ -510,6 +538,15 @@ def _task(root: Path, instruction: str, metadata: dict[str, Any], image: _Image,
         raise ConfigError(f"{tests}: no test_*.py files; a {script_name} alone trusts an exit status the student's code can set, so Proctor does not grade with it")
     if (root / script_name).exists():
         notes.append(f"{script_name}: not run; the hardened PytestJudge runs tests/test_*.py itself (pytest from the judge's own copy, nothing installed or downloaded at grading time)")
+        wanted = [p for p in _grading_installs(root / script_name) if p.lower().replace("_", "-") not in ("pytest", "pytest-json-report", "pytest-json-ctrf")]
+        if wanted:
+            where = "its image" if image.image is not None else "the student runtime"
+            missing = missing_packages(wanted) if image.image is None else wanted
+            if missing:
+                notes.append(f"{script_name} installs {', '.join(missing)} at grading time; not run, so the tests see only what {where} has: "
+                             "install them in the Dockerfile (or runtime-requirements.txt)")
+    notes.append("the student is an unprivileged user, not root as under Harbor: files only root may read (/root, mode 0600) are closed "
+                 "to it, and only the workdir, /tmp and /dev/shm are writable")
     try:
         return Task(
             id=_task_id(root),
