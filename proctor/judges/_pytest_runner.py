@@ -8,7 +8,8 @@ run it: makes the process non-dumpable (no ptrace, no /proc/self/mem or fd acces
 student's other processes), reads its settings (with the run's nonce) from stdin and closes it,
 keeps the report channel on a private, non-inheritable descriptor (stdout moves to stderr), drops
 every PYTEST_* variable, imports pytest from the judge's own read-only copy (/grader/lib), and
-snapshots the identity of everything that decides an outcome: pytest's runner, reports and
+loads the image's own `pytest11` plugins (never the student's), snapshots the identity of
+everything that decides an outcome: pytest's runner, reports and
 function items, pluggy's call loop, and every registered plugin and hook implementation.
 
 Each test's outcome is what this runner saw, not pytest's report: an innermost wrapper around the
@@ -60,8 +61,28 @@ os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 _SOURCES = SETTINGS.pop("sources", {})  # the tests' text: on disk they are stubs (docs/judges.md)
 _WORKDIR = SETTINGS["workdir"]
 _TESTS = SETTINGS["tests_at"]
-sys.path[:] = ["/grader/lib"] + [p for p in sys.path if p and os.path.isabs(p) and not p.startswith("/grader")
-                                 and not (p == _WORKDIR or p.startswith(_WORKDIR + "/"))]
+
+
+def _students_place(entry):
+    """A sys.path entry whose contents are the student's: the workdir (the custody copy) and what is
+    under it (its user site, an image PYTHONPATH such as /app/src), and the writable scratch places."""
+    return isinstance(entry, str) and any(entry == top or entry.startswith(top + "/") for top in (_WORKDIR, "/tmp", "/dev/shm"))
+
+
+# `pip install --user` under HOME (the workdir): its packages import, after everything else, and
+# nothing in it (.pth, usercustomize) is executed: it is a plain path entry, not a site directory.
+_USER_SITE = os.path.join(_WORKDIR, ".local", "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages")
+# The image's ENV PYTHONPATH (from the judge's settings: the task's image, not the student): -I
+# ignores the variable, so its entries are added here, after the standard library.
+_IMAGE_PATH = []
+for _entry in str(SETTINGS.get("pythonpath") or "").split(os.pathsep):
+    _entry = os.path.normpath(_entry if os.path.isabs(_entry) else os.path.join(_WORKDIR, _entry)) if _entry else ""
+    if _entry and not _entry.startswith("/grader") and _entry not in _IMAGE_PATH:
+        _IMAGE_PATH.append(_entry)
+_RUNTIME = [p for p in sys.path if p and os.path.isabs(p) and not p.startswith("/grader") and not _students_place(p)]
+_SITE_AT = next((i for i, p in enumerate(_RUNTIME) if os.path.basename(p) in ("site-packages", "dist-packages")), len(_RUNTIME))
+sys.path[:] = (["/grader/lib"] + _RUNTIME[:_SITE_AT] + [p for p in _IMAGE_PATH if not _students_place(p) and p not in _RUNTIME]
+               + _RUNTIME[_SITE_AT:])
 
 import _pytest.fixtures  # noqa: E402
 import _pytest.main  # noqa: E402
@@ -88,6 +109,43 @@ def emit(event, **fields):
     data = line.encode()
     while data:
         data = data[_write(_REPORT_FD, data):]
+
+
+def _image_plugins():
+    """The `pytest11` entry-point plugins of distributions installed in the runtime's own
+    directories (the image's site-packages: pytest-mock's `mocker`, pytest-asyncio), imported now:
+    before any place of the student's is on sys.path and before the identity snapshot below, so
+    they are part of the trusted baseline. A distribution in a place of the student's (the workdir,
+    its user site, /tmp) is never looked at (autoloading stays disabled). One that does not import
+    or does not fit the judge's pytest is left out, with a line on stderr, rather than failing the run."""
+    import importlib.metadata
+
+    from _pytest.config import PytestPluginManager
+
+    plugins, names = [], set()
+    for dist in importlib.metadata.distributions(path=[p for p in sys.path if not p.startswith("/grader")]):
+        try:
+            name = str(dist.metadata["Name"] or "").lower().replace("_", "-")
+            where = os.path.abspath(str(dist.locate_file("")))
+            points = [ep for ep in dist.entry_points if ep.group == "pytest11"]
+        except Exception:  # noqa: BLE001 - a broken distribution's metadata: not a plugin
+            continue
+        if not points or name in names or _students_place(where):
+            continue
+        names.add(name)
+        for ep in points:
+            try:
+                plugin = ep.load()
+                if any(plugin is p for p in plugins):
+                    continue
+                PytestPluginManager().register(plugin, name=ep.name)  # pytest's own validation, on a throwaway manager
+                plugins.append(plugin)
+            except Exception as exc:  # noqa: BLE001
+                sys.stderr.write(f"PytestJudge: the image's pytest plugin {ep.name} ({ep.value}) was not loaded: {type(exc).__name__}: {exc}\n")
+    return plugins
+
+
+_PLUGINS = _image_plugins()
 
 
 # -- what decides an outcome, by identity ---------------------------------------------------------
@@ -394,32 +452,61 @@ def _not_the_students(name):
     return name in _THIRD_PARTY or name in sys.stdlib_module_names or name.startswith("pytest_")
 
 
-def _installed_in_workdir(name):
-    """Whether pip put `name` in the workdir (`pip install --target`): a dist-info whose RECORD
-    lists it. An honest student may do that where the image lacks a package: refused, not flagged."""
-    try:
-        for entry in os.scandir(_WORKDIR):
-            if entry.name.endswith(".dist-info") and entry.is_dir(follow_symlinks=False):
-                with open(os.path.join(entry.path, "RECORD"), encoding="utf-8", errors="replace") as f:
-                    if any(line.startswith((name + "/", name + ".py,")) for line in f):
-                        return True
-    except OSError:
-        return False
+def _installed_in_workdir(name, places=None):
+    """Whether pip put `name` in a place of the student's (`pip install --target` in the workdir,
+    `--user` in its user site): a dist-info whose RECORD lists it. An honest student may do that
+    where the image lacks a package: refused, not flagged."""
+    prefix = name.replace(".", "/")
+    for place in places if places is not None else [_WORKDIR, _USER_SITE]:
+        try:
+            for entry in os.scandir(place):
+                if entry.name.endswith(".dist-info") and entry.is_dir(follow_symlinks=False):
+                    with open(os.path.join(entry.path, "RECORD"), encoding="utf-8", errors="replace") as f:
+                        if any(line.startswith((prefix + "/", prefix + ".py,")) for line in f):
+                            return True
+        except OSError:
+            continue
     return False
 
 
+def _namespace(name, portions):
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = portions  # a plain list: never recomputed from sys.path
+    return spec
+
+
 class _WorkdirGuard(importlib.abc.MetaPathFinder):
-    """A top-level module found nowhere but the workdir is the student's only when it may be."""
+    """Where a module is searched for in places of the student's (the workdir, its user site, an
+    image PYTHONPATH under it) as well as the runtime's own: a name the runtime has, a regular
+    module or a namespace package (google.*, mpl_toolkits), is always the runtime's; a top-level
+    name found only in the student's places is theirs only when it may be."""
 
     def find_spec(self, name, path=None, target=None):
+        search = sys.path if path is None else list(path)
+        theirs = [p for p in search if _students_place(p)]
+        if not theirs:
+            return None
+        ours = [p for p in search if not _students_place(p)]
+        runtime = importlib.machinery.PathFinder.find_spec(name, ours) if ours else None
+        if runtime is not None and not (runtime.origin is None and runtime.submodule_search_locations is not None):
+            return runtime  # a regular module of the runtime: a student's of the same name never comes first
+        if runtime is not None:
+            # A namespace package of the runtime: the student's portions (plain directories) join it
+            # after the runtime's, so they add submodules but never replace one the runtime has; a
+            # regular package of theirs is only a portion (its __init__ is not run), a module is refused.
+            portions = list(runtime.submodule_search_locations)
+            student = importlib.machinery.PathFinder.find_spec(name, theirs)
+            if student is not None and student.submodule_search_locations is not None:
+                portions += [p for p in student.submodule_search_locations if p not in portions]
+            if student is not None and student.origin is not None:
+                emit("shadowed", module=name, test=CURRENT[0] or "collection", runtime="namespace",
+                     installed=_installed_in_workdir(name, theirs + [_WORKDIR, _USER_SITE]))
+            return _namespace(name, portions)
         if path is not None or "." in name:
+            return None  # a submodule the runtime lacks: its parent's (the student's own package, or a portion of theirs)
+        if importlib.machinery.PathFinder.find_spec(name, theirs) is None or not _not_the_students(name):
             return None
-        elsewhere = [p for p in sys.path if p != _WORKDIR]
-        if importlib.machinery.PathFinder.find_spec(name, elsewhere) is not None:
-            return None  # installed: found there first anyway (the workdir is last)
-        if importlib.machinery.PathFinder.find_spec(name, [_WORKDIR]) is None or not _not_the_students(name):
-            return None
-        emit("shadowed", module=name, test=CURRENT[0] or "collection", installed=_installed_in_workdir(name))
+        emit("shadowed", module=name, test=CURRENT[0] or "collection", installed=_installed_in_workdir(name, theirs + [_WORKDIR]))
         raise ImportError(f"No module named {name!r} in the grading runtime; PytestJudge does not take it from the student's workdir")
 
 
@@ -519,13 +606,15 @@ def main():
     sys.meta_path.insert(1, _WorkdirGuard())
     # The student's modules are importable (`from solution import f`), but last: nothing of
     # theirs can shadow the standard library, pytest or an installed package.
-    sys.path.append(_WORKDIR)
+    # The image's PYTHONPATH entries that are the student's (/app/src) come just before it, the user
+    # site after it.
+    sys.path.extend(p for p in [*[q for q in _IMAGE_PATH if _students_place(q)], _WORKDIR, _USER_SITE] if p not in sys.path)
     args = ["-c", "/grader/pytest.ini", "--rootdir", _TESTS, "--noconftest", "-p", "no:cacheprovider",
             "-p", "no:stepwise", "-p", "no:pastebin", "-p", "no:junitxml", "-p", "no:doctest", "--assert=plain",
             "-q", "-rN", "--color=no", "-o", "console_output_style=classic", *SETTINGS["files"]]
     emit("begin", python=sys.version.split()[0], pytest=pytest.__version__)
     try:
-        code = pytest.main(args, plugins=[JudgePlugin()])
+        code = pytest.main(args, plugins=[JudgePlugin(), *_PLUGINS])
     except BaseException as exc:  # noqa: BLE001
         emit("crash", error=type(exc).__name__)
         code = 3

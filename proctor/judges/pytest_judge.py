@@ -13,8 +13,10 @@ What the student's tree cannot do, and why (docs/judges.md has the whole list):
 - pytest.ini / tox.ini / setup.cfg / pyproject.toml settings and `addopts`: `-c /grader/pytest.ini`
   (the judge's own ini) and `--rootdir`; PYTEST_ADDOPTS / PYTEST_PLUGINS / autoloaded plugins:
   every PYTEST_* variable is dropped and PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 set;
-- sitecustomize / usercustomize / .pth / PYTHONPATH: `python -I -B`, and the workdir is appended
-  to the END of sys.path only after pytest and the judge's plugin are imported;
+- sitecustomize / usercustomize / .pth / PYTHONPATH: `python -I -B`, and the workdir (then the user
+  site, as a plain entry) is appended to the END of sys.path only after pytest and the judge's
+  plugin are imported; only the task image's ENV PYTHONPATH is honoured (passed in the settings);
+- a module of the runtime (a namespace package too) is never the student's of the same name;
 - the exit status: never read. The score is what the judge's runner recorded about each test it
   expected (found statically with `ast` before any student code runs), on a private channel,
   each record with a fresh nonce and a sequence number; a missing or broken record is a failure.
@@ -184,7 +186,8 @@ class PytestJudge(Judge):
             except ValueError as exc:
                 raise _AuthoringError(f"PytestJudge.tests_at {self.tests_at!r} does not fit the task's sandbox: {exc}") from None
             settings = {"nonce": nonce, "workdir": spec.workdir, "tests_at": self.tests_at,
-                        "files": [f"{self.tests_at}/{f}" for f in files], "sources": sources}
+                        "files": [f"{self.tests_at}/{f}" for f in files], "sources": sources,
+                        "pythonpath": spec.image.env.get("PYTHONPATH", "") if spec.image is not None else ""}
             box = ctx.sandbox_backend().create(spec)
             events: list[MisbehaviourEvent] = []
             try:
@@ -514,7 +517,12 @@ def _verdict(scoring: str, expected: list[str], run: _Run, events: list[Misbehav
     if equal:
         shown = ", ".join(sorted({f"{r.get('type')} in {r.get('test')}" for r in equal})[:4])
         events.append(MisbehaviourEvent(kind="always_equal", detail=_clip(f"asserted {equal[0].get('op', '==')} on an object that compares as anything: {shown}", 600)))
-    shadowed = sorted({str(r.get("module")) for r in records if r.get("event") == "shadowed" and not r.get("installed")})
+    shadowed = sorted({str(r.get("module")) for r in records if r.get("event") == "shadowed" and not r.get("installed") and not r.get("runtime")})
+    overridden = sorted({str(r.get("module")) for r in records if r.get("event") == "shadowed" and not r.get("installed") and r.get("runtime")})
+    if overridden:
+        events.append(MisbehaviourEvent(kind="judge_tampering", detail=_clip(
+            f"the submission provides its own {', '.join(overridden[:6])}, a namespace package of the grading runtime: the "
+            "runtime's was imported, never the student's", 600)))
     if shadowed:
         events.append(MisbehaviourEvent(kind="judge_tampering", detail=_clip(
             f"the submission provides {', '.join(shadowed[:6])}, which the tests import and the grading runtime lacks: a module "
