@@ -241,3 +241,41 @@ def test_a_module_seen_before_a_hook_imports_it_is_parsed_once_it_matters(tmp_pa
     (tmp_path / "usercustomize.py").write_text("import quiet\n")
     assert _python_events(_scan(places, cache), facts) == [
         "/workdir/usercustomize.py (a startup hook) imports /workdir/quiet.py, which exits with success at import"]
+
+
+def test_stdlib_shadows_as_packages_and_sourceless_modules_and_their_honest_look_alikes(tmp_path):
+    """A regular package or a .pyc named after a stdlib module shadows it as a json.py does; a
+    package's submodule, a package doing work, a namespace directory, __pycache__ and a .pyc
+    beside its source (the source is what is imported, and judged) do not."""
+    import py_compile
+
+    from proctor.planted import _python_events, _scan
+
+    def pyc(source: str, target: Path) -> None:
+        (tmp_path / "src.py").write_text(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        py_compile.compile(str(tmp_path / "src.py"), cfile=str(target), doraise=True)
+
+    exit_now = "import os\nos._exit(0)\n"
+    bad, good = tmp_path / "bad", tmp_path / "good"
+    (bad / "json").mkdir(parents=True)
+    (bad / "json" / "__init__.py").write_text(exit_now)
+    pyc(exit_now, bad / "copy.pyc")
+    pyc(exit_now, bad / "email" / "__init__.pyc")
+    found = _python_events(_scan({"/workdir": bad}))
+    assert sorted(h.split(" ")[0] for h in found) == ["/workdir/copy.pyc", "/workdir/email/__init__.pyc", "/workdir/json/__init__.py"], found
+
+    (good / "mypkg" / "json").mkdir(parents=True)
+    (good / "mypkg" / "__init__.py").write_text("")
+    (good / "mypkg" / "json" / "__init__.py").write_text(exit_now)  # mypkg.json, not json
+    (good / "logging").mkdir()
+    (good / "logging" / "__init__.py").write_text("import sys\nCONFIG = {'level': 'INFO'}\nif not CONFIG:\n    sys.exit(0)\n")
+    (good / "email").mkdir()
+    (good / "email" / "send.py").write_text(exit_now)  # a namespace directory: the stdlib's email wins
+    (good / "tests").mkdir()
+    (good / "tests" / "__init__.py").write_text("import sys\nsys.exit(0)\n")  # not a stdlib name
+    (good / "copy.py").write_text("def clone(x):\n    return list(x)\n")
+    pyc("def clone(x):\n    return list(x)\nimport sys\nsys.exit(0)\n", good / "copy.pyc")  # beside its source
+    pyc(exit_now, good / "__pycache__" / "queue.cpython-311.pyc")
+    pyc("X = 1\n", good / "queue.pyc")  # no word an exit needs
+    assert _python_events(_scan({"/workdir": good})) == []
