@@ -475,6 +475,29 @@ def _namespace(name, portions):
     return spec
 
 
+_CODE_SUFFIXES = tuple(importlib.machinery.all_suffixes())
+
+
+def _holds_code(directory, budget=5000):
+    """Whether a directory holds a module Python could import (a .py, .pyc or extension file, at
+    any depth), looking at no more than `budget` entries (more counts as code). Python makes any
+    directory on the path a namespace portion, so a data directory of the tests (`report/golden.txt`
+    beside `test_report.py`) would shadow the student's `report.py`: a fresh attacker's false flag."""
+    todo, seen = [directory], 0
+    while todo:
+        try:
+            entries = list(os.scandir(todo.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > budget or entry.name.endswith(_CODE_SUFFIXES):
+                return True
+            if entry.name != "__pycache__" and entry.is_dir(follow_symlinks=False):
+                todo.append(entry.path)
+    return False
+
+
 class _WorkdirGuard(importlib.abc.MetaPathFinder):
     """Where a module is searched for in places of the student's (the workdir, its user site, an
     image PYTHONPATH under it) as well as the runtime's own: a name the runtime has, a regular
@@ -488,6 +511,10 @@ class _WorkdirGuard(importlib.abc.MetaPathFinder):
             return None
         ours = [p for p in search if not _students_place(p)]
         runtime = importlib.machinery.PathFinder.find_spec(name, ours) if ours else None
+        if runtime is not None and runtime.origin is None and runtime.submodule_search_locations is not None:
+            code = [p for p in runtime.submodule_search_locations if _holds_code(p)]
+            runtime.submodule_search_locations = code
+            runtime = runtime if code else None  # a data directory (tests/report/golden.txt) is no package of the runtime's
         if runtime is not None and not (runtime.origin is None and runtime.submodule_search_locations is not None):
             return runtime  # a regular module of the runtime: a student's of the same name never comes first
         if runtime is not None:

@@ -83,8 +83,8 @@ class _Targets:
     `pytestmark`) give it, and where the tests land (the judge's `tests_at`, or `tests/` in the
     workdir as an ordinary grader copies them)."""
 
-    def __init__(self, marks: dict[str, set[str]], tests_at: str = "/tests", workdir: str = "/app") -> None:
-        self.marks = marks
+    def __init__(self, marks: dict[str, set[str]], tests_at: str = "/tests", workdir: str = "/app", names: set[str] = frozenset()) -> None:
+        self.marks, self.names = marks, names  # names: every function and parameter name of the test files (fixtures they use)
         self.tests_at, self.workdir = tests_at.rstrip("/"), workdir.rstrip("/")
 
     def files(self) -> set[str]:
@@ -285,7 +285,8 @@ class PytestJudge(Judge):
             return Verdict.zero(str(exc), infra_error=True, misbehaviour=events)
         if self.flag_planted_files:
             ours = _unchanged(ctx.submission, self._baseline(ctx.env_dir), ctx.starting_files)
-            targets = _Targets(marks_of_tests(root, files), self.tests_at, ctx.sandbox_spec.workdir if ctx.sandbox_spec else "/app")
+            targets = _Targets(marks_of_tests(root, files), self.tests_at, ctx.sandbox_spec.workdir if ctx.sandbox_spec else "/app",
+                               names_in_tests(root, files))
             events = _planted_files(ctx.submission, ours, targets) + _config_files(ctx.submission, ours, targets)
         try:
             run = self._run(ctx, root, files)
@@ -419,14 +420,54 @@ def _hide_sources(tests: Path, tests_at: str, files: list[str]) -> dict[str, str
     """The text of the test files and of every module they import from the tests tree, keyed by
     its path in the sandbox, each file left on disk as a stub: pytest finds the paths it collects,
     the judge's loader serves the text from memory, and student code that opens /tests/... reads
-    no expected answer. Other .py files (helpers the tests run as scripts, `python3 /tests/verify.py`)
-    stay real on disk, since a child process cannot be served from memory: like the tests' data
-    files, student code can read them while the tests run (docs/judges.md)."""
+    no expected answer. A helper the tests also hand to a child process (`python3 /tests/verify.py`,
+    `runpy.run_path(HERE / "verify.py")`, `python -m lib.check`, `python -c "import helper"`), and
+    what it imports, stays real on disk, since a child process cannot be served from memory: like
+    the tests' data files, student code can read it while the tests run (docs/judges.md)."""
+    closure = _imported_closure(tests, files)
+    real = _imported_closure(tests, [str(p.relative_to(tests)) for p in _run_by_tests(tests)])
     sources: dict[str, str] = {}
-    for path in sorted(_imported_closure(tests, files)):
+    for path in sorted(closure - (real - {tests / f for f in files})):
         sources[f"{tests_at}/{path.relative_to(tests)}"] = path.read_text(encoding="utf-8", errors="replace")
         path.write_text(_STUB)
     return sources
+
+
+def _run_by_tests(tests: Path) -> set[Path]:
+    """The .py files of the tests tree that a .py file there names in a string (a path ending
+    in the file's name, a module name after `-m`, code that imports it): what the tests may run in
+    a child process or read from disk, found with `ast`. A fresh attacker's helper, both imported
+    and run as a script, was a stub on disk, so the script run passed for a student who did nothing."""
+    helpers = {p: (p.name, ".".join(p.relative_to(tests).with_suffix("").parts).removesuffix(".__init__"))
+               for p in tests.rglob("*.py") if "__pycache__" not in p.parts}
+    found: set[Path] = set()
+    for path in helpers:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except (SyntaxError, ValueError):
+            continue
+        strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        for text in strings:
+            imported = _imports_in_code(text) if "import" in text else set()
+            for helper, (name, module) in helpers.items():
+                if re.search(rf"(^|[\s/'\"=]){re.escape(name)}($|[\s'\";])", text) or module in imported \
+                        or re.search(rf"(^|\s)-m\s*{re.escape(module)}($|\s)", text):
+                    found.add(helper)
+        if any(isinstance(n, ast.Constant) and n.value == "-m" for n in ast.walk(tree)):
+            found |= {h for h, (_, module) in helpers.items() if module in strings}
+    # A child that imports a.b.c (or runs `-m a.b.c`) runs the packages' __init__ files first.
+    return found | {d / "__init__.py" for h in found for d in h.parents if d.is_relative_to(tests) and d != tests and (d / "__init__.py").is_file()}
+
+
+def _imports_in_code(text: str) -> set[str]:
+    """The modules (and their parents) that a string of Python code imports, if it is code."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return set()
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+    return {".".join(name.split(".")[:i]) for name in names for i in range(1, name.count(".") + 2)}
 
 
 def _imported_closure(tests: Path, files: list[str]) -> set[Path]:
@@ -520,6 +561,22 @@ def marks_of_tests(root: Path, files: list[str]) -> dict[str, set[str]]:
                     if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name.startswith("test"):
                         marks[f"{rel}::{node.name}::{m.name}"] = own | _mark_names(m.decorator_list)
     return marks
+
+
+def names_in_tests(root: Path, files: list[str]) -> set[str]:
+    """Every function name and parameter name in the test files: the fixtures their tests and
+    fixtures request (and more, which only makes the judge warier)."""
+    names: set[str] = set()
+    for rel in files:
+        try:
+            tree = ast.parse((root / rel).read_bytes())
+        except (SyntaxError, ValueError, OSError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+                names |= {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+    return names
 
 
 # Hooks a conftest.py (or a plugin it names) would use to change what runs or what is reported:
@@ -639,6 +696,49 @@ def _marks_own_items(hook: ast.FunctionDef | ast.AsyncFunctionDef, targets: _Tar
     return bool(chosen) and not any(name in theirs for name in chosen)
 
 
+def _parametrizes_own_fixture(hook: ast.FunctionDef | ast.AsyncFunctionDef, targets: _Targets | None) -> bool:
+    """pytest's documented `pytest_generate_tests` recipe: each statement is `if "NAME" in
+    metafunc.fixturenames:` around `metafunc.parametrize(...)` calls of names the condition
+    checked, none of them a name the grader's tests use: it reaches only the student's own tests.
+    A fresh attacker's false flag."""
+    if hook.name != "pytest_generate_tests" or targets is None or not hook.args.args:
+        return False
+    meta = hook.args.args[0].arg
+
+    def checked(test: ast.expr) -> str | None:
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In) \
+                and isinstance(test.left, ast.Constant) and isinstance(test.left.value, str):
+            right = test.comparators[0]
+            if isinstance(right, ast.Attribute) and right.attr == "fixturenames" and isinstance(right.value, ast.Name) and right.value.id == meta:
+                return test.left.value
+        return None
+
+    def parametrized(stmt: ast.stmt) -> set[str] | None:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "parametrize"
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == meta and call.args):
+            return None
+        first = call.args[0]
+        values = [first] if isinstance(first, ast.Constant) else list(first.elts) if isinstance(first, (ast.List, ast.Tuple)) else []
+        if not values or not all(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in values):
+            return None
+        return {n.strip() for v in values for n in v.value.split(",") if n.strip()}
+
+    chosen = False
+    for stmt in hook.body:
+        if isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            continue
+        name = checked(stmt.test) if isinstance(stmt, ast.If) and not stmt.orelse else None
+        if name is None or name in targets.names:
+            return False
+        for inner in stmt.body:
+            given = parametrized(inner)
+            if given is None or name not in given or given & targets.names:
+                return False
+        chosen = True
+    return chosen
+
+
 def _aimed_conftest(path: Path, rel: str = "conftest.py", targets: _Targets | None = None) -> str | None:
     """The hook a conftest.py defines that is aimed at a grader's run (fixtures alone are honest)."""
     try:
@@ -650,7 +750,8 @@ def _aimed_conftest(path: Path, rel: str = "conftest.py", targets: _Targets | No
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith(_AIMED_HOOKS):
             if node.name == "pytest_configure" and _only_registers_markers(node):
                 continue
-            if node.name.startswith(_RUN_HOOKS) or (loaded and not _marks_own_items(node, targets)):
+            if node.name.startswith(_RUN_HOOKS) or (loaded and not _marks_own_items(node, targets)
+                                                    and not _parametrizes_own_fixture(node, targets)):
                 return node.name
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             names = node.targets if isinstance(node, ast.Assign) else [node.target]
