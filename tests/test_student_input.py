@@ -133,14 +133,27 @@ LO_BOUND_HONEST = (
 )
 
 
-def test_packets_to_cloud_metadata_sent_out_of_lo_are_flagged(out):
+@pytest.fixture(params=["libnftables", "nft"])
+def nft_way(request, monkeypatch):
+    """The loopback guard is installed and read through libnftables in the harness, or, where the
+    library is missing, by running nsenter and nft: both ways must hold."""
+    from proctor.sandbox import network
+
+    if request.param == "libnftables":
+        assert network._libnftables() is not None, "libnftables1 (the OS's nft library) should be installed"
+    else:
+        monkeypatch.setattr(network, "_libnft_cache", [None])
+    return request.param
+
+
+def test_packets_to_cloud_metadata_sent_out_of_lo_are_flagged(out, nft_way):
     result = rollout(BASICS, "write-42", Script(name="lo", turns=[bash(LO_BOUND), bash(WRITE_42), SUBMIT]), out)
     assert kinds(result) == {"network_blocked"} and result.status == "misbehaved"
     shown = [e["result"]["output"] for e in events_of(out, result) if e["type"] == "tool_result"][0]
     assert "sent" not in shown, shown
 
 
-def test_honest_loopback_traffic_on_a_lo_bound_socket_is_not_flagged(out):
+def test_honest_loopback_traffic_on_a_lo_bound_socket_is_not_flagged(out, nft_way):
     result = rollout(BASICS, "write-42", Script(name="lo-honest", turns=[bash(LO_BOUND_HONEST), bash(WRITE_42), SUBMIT]), out)
     assert (result.status, result.score, result.misbehaviour) == ("completed", 1.0, [])
     shown = [e["result"]["output"] for e in events_of(out, result) if e["type"] == "tool_result"][0]
