@@ -73,6 +73,21 @@ def pidns_of(pid: int) -> int | None:
         return None
 
 
+def pids_of_uid_or_pidns(uid: int, ns_inode: int | None) -> list[int]:
+    """`pids_of_uid(uid)` and `pids_in_pidns(ns_inode)` together, in one pass over the process
+    table (the scan a custody proof makes every round): a process in the namespace is not read
+    for its uids."""
+    found = []
+    for pid in pids():
+        if ns_inode is not None and pidns_of(pid) == ns_inode:
+            found.append(pid)
+            continue
+        ids = uids_of(pid)
+        if ids is not None and uid in ids:
+            found.append(pid)
+    return found
+
+
 def pids_in_pidns(ns_inode: int) -> list[int]:
     """Processes whose PID namespace is `ns_inode` (a namespace holding none no longer exists)."""
     return [pid for pid in pids() if pidns_of(pid) == ns_inode]

@@ -54,22 +54,27 @@ def kill_members(pids: Iterable[int], members: Callable[[], Iterable[int]]) -> i
 PR_SET_CHILD_SUBREAPER = 36
 
 
+_subreaper_of: list[int] = []  # the pid that became subreaper (a forked child does not inherit it)
+
+
 def become_subreaper() -> None:
     """Make the harness the reaper of its orphaned descendants. A command entered with nsenter has
     its nsenter parent on the host side; once that is killed, the command's corpse would go to
     host PID 1, which may reap late (or never, in a container without an init), and the sandbox's
-    PID namespace cannot end until it does. As subreaper the harness reaps them itself."""
+    PID namespace cannot end until it does. As subreaper the harness reaps them itself. Once per
+    process: through the C library already loaded (ctypes' find_library would run ldconfig)."""
     import ctypes
-    import ctypes.util
 
-    ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if _subreaper_of != [os.getpid()]:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        _subreaper_of[:] = [os.getpid()]
 
 
 def reap_orphans(uid: int) -> None:
-    """Reap zombies of the student's uid that were reparented to us (never anyone else's child)."""
-    me = os.getpid()
-    for pid in procfs.pids_of_uid(uid):
-        if procfs.is_zombie(pid) and procfs.ppid_of(pid) == me:
+    """Reap zombies of the student's uid that were reparented to us (never anyone else's child):
+    among this process's own children, not the whole process table."""
+    for pid in procfs.own_children():
+        if procfs.is_zombie(pid) and uid in (procfs.uids_of(pid) or ()):
             try:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
@@ -127,9 +132,7 @@ def reap_until_empty(
             pass  # killing still works on a partly frozen group; the witnesses decide
         # Kill everything, including processes we cannot attribute yet: the uid scan catches a
         # process that left the cgroup (it cannot, unprivileged, but we do not rely on that).
-        targets = set(cgroup_pids()) | set(procfs.pids_of_uid(uid))
-        if pidns is not None:
-            targets |= set(procfs.pids_in_pidns(pidns))
+        targets = set(cgroup_pids()) | set(procfs.pids_of_uid_or_pidns(uid, pidns))
         targets.discard(os.getpid())
         killed += kill_pids(targets)
         thaw()  # frozen tasks only die once thawed
@@ -160,7 +163,5 @@ def _witnesses(cgroup_pids: Callable[[], list[int]], uid: int, pidns: int | None
     alive = set(cgroup_pids())
     if alive:
         return sorted(alive)  # the cheap witness already says no; scan /proc only to confirm empty
-    alive |= {p for p in procfs.pids_of_uid(uid) if not procfs.is_zombie(p)}
-    if pidns is not None:
-        alive |= {p for p in procfs.pids_in_pidns(pidns) if not procfs.is_zombie(p)}
+    alive |= {p for p in procfs.pids_of_uid_or_pidns(uid, pidns) if not procfs.is_zombie(p)}
     return sorted(alive)
