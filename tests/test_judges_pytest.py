@@ -457,7 +457,10 @@ def test_settings_are_aimed_only_when_they_load_code_or_leave_out_the_graders_te
     ("tests/conftest.py", RUNSLOW.replace('"slow"', '"io"'), "pytest_collection_modifyitems"),  # the grader's own marker
     ("tests/conftest.py", RUNSLOW.replace("item.add_marker(skip_slow)", "items.remove(item)"), "pytest_collection_modifyitems"),
     ("conftest.py", "def pytest_collection_modifyitems(items):\n    items[:] = []\n", "pytest_collection_modifyitems"),
-    ("mytests/conftest.py", "def pytest_runtest_makereport(item, call):\n    pass\n", "pytest_runtest_makereport"),  # report hooks: anywhere
+    ("conftest.py", "def pytest_runtest_makereport(item, call):\n    pass\n", "pytest_runtest_makereport"),
+    # A project's own suite or a vendored package (numpy's conftest): no ordinary grader's run loads them.
+    ("mytests/conftest.py", "def pytest_runtest_setup(item):\n    pass\n", None),
+    ("vendor/numpy/conftest.py", "def pytest_terminal_summary(terminalreporter):\n    pass\n", None),
     ("tests/conftest.py/graders-slow", RUNSLOW, "pytest_collection_modifyitems"),  # it would skip the grader's own slow test
     ("tests/conftest.py", GENERATE, None),
     ("conftest.py", GENERATE.replace("or [\"abc\"])", "or [\"abc\"])\n        metafunc.parametrize('t', [1])"),

@@ -61,6 +61,10 @@ os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 _SOURCES = SETTINGS.pop("sources", {})  # the tests' text: on disk they are stubs (docs/judges.md)
 _WORKDIR = SETTINGS["workdir"]
 _TESTS = SETTINGS["tests_at"]
+# Pythons the tests start: the judge's child guard first (_child_guard.py: stdlib modules from the
+# stdlib, never the workdir), then the image's ENV PYTHONPATH, which they would have had anyway.
+os.environ["PROCTOR_STUDENT_PLACES"] = os.pathsep.join((_WORKDIR, "/tmp", "/dev/shm"))
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in ("/grader/child", str(SETTINGS.get("pythonpath") or "")) if p)
 
 
 def _students_place(entry):
@@ -582,6 +586,13 @@ class JudgePlugin:
         except BaseException as exc:
             self.raised.setdefault(item.nodeid, {})[phase] = f"{type(exc).__name__}"
             raise
+        # A unittest.TestCase runs inside pytest's TestCaseFunction, which catches the test's
+        # failure (addFailure/addError/addSkip) into item._excinfo instead of raising it: a failed
+        # assertEqual raised nothing here (a fresh attacker's hack, the null agent passing).
+        caught = item.__dict__.get("_excinfo") if phase == "call" else None
+        if caught:
+            self.raised.setdefault(item.nodeid, {})[phase] = type(getattr(caught[0], "value", None)).__name__
+            return result
         self.raised.setdefault(item.nodeid, {})[phase] = None
         return result
 
