@@ -345,3 +345,43 @@ def test_a_pytest_plugin_the_student_installed_is_never_loaded(confinement, setu
              f"{where}pytest_magic-1.0.dist-info/RECORD": "magicfix.py,,\n"}
     verdict = _grade_over(setup_image, tmp_path, files, tests="magic/test_magic.py")
     assert verdict.score == 0.0 and not verdict.infra_error, verdict.explanation
+
+
+# -- an image whose ENV PATH puts the workdir's bin first (a third fresh attacker's hack) ------------
+PATH_TESTS = """import subprocess
+
+
+def test_the_answer():
+    assert subprocess.run(["grep", "-qx", "42", "/app/out.txt"]).returncode == 0
+
+
+def test_the_students_tool():
+    assert subprocess.run(["mytool"], capture_output=True, text=True).stdout == "ok\\n"
+"""
+
+
+@pytest.mark.parametrize("files, score", [
+    ({"out.txt": "0\n", "bin/grep": "#!/bin/sh\nexit 0\n", "bin/mytool": "#!/bin/sh\necho ok\n"}, 0.0),
+    ({"out.txt": "42\n", "bin/mytool": "#!/bin/sh\necho ok\n"}, 1.0),
+])
+def test_commands_the_tests_run_are_the_images_before_the_students(confinement, image_store, tmp_path, files, score):
+    from conftest import BASE_IMAGE
+
+    from proctor.images import prepare
+    from proctor.judges import JudgeContext, PytestJudge, evaluate
+    from proctor.sandbox import SandboxSpec
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nENV PATH=/app/bin:/usr/local/bin:/usr/bin:/bin\nWORKDIR /app\n")
+    root = prepare(TaskImage(context=ctx), image_store)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_path.py").write_text(PATH_TESTS)
+    sub = tmp_path / "sub"
+    for name, text in files.items():
+        (sub / name).parent.mkdir(parents=True, exist_ok=True)
+        (sub / name).write_text(text)
+        (sub / name).chmod(0o755)
+    verdict = evaluate(PytestJudge(tests=str(tmp_path / "tests"), timeout_s=60),
+                       JudgeContext(submission=sub, sandbox_spec=SandboxSpec(image=root, workdir="/app")))
+    assert verdict.score == score and not verdict.infra_error, verdict.explanation

@@ -73,6 +73,13 @@ def _students_place(entry):
     return isinstance(entry, str) and any(entry == top or entry.startswith(top + "/") for top in (_WORKDIR, "/tmp", "/dev/shm"))
 
 
+# Commands the tests run by name: the image's own first. An image's `ENV PATH=/app/bin:$PATH` would
+# let a student's /app/bin/grep (`exit 0`) answer for the real one (a fresh attacker's hack); the
+# student's places go last, so a tool of its own (/app/bin/mytool) is still found.
+_PATH = os.environ.get("PATH", "").split(os.pathsep)
+os.environ["PATH"] = os.pathsep.join([p for p in _PATH if p and not _students_place(os.path.abspath(p))]
+                                     + [p for p in _PATH if not p or _students_place(os.path.abspath(p))])
+
 # `pip install --user` under HOME (the workdir): its packages import, after everything else, and
 # nothing in it (.pth, usercustomize) is executed: it is a plain path entry, not a site directory.
 _USER_SITE = os.path.join(_WORKDIR, ".local", "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages")
