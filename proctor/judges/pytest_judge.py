@@ -30,15 +30,19 @@ from __future__ import annotations
 
 import ast
 import configparser
+import fnmatch
 import hashlib
+import importlib.util
 import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import tempfile
 import time
 import tomllib
+from importlib.metadata import metadata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -105,7 +109,6 @@ class _Targets:
 
 def _options(value: object) -> list[tuple[str, str | None]]:
     """`addopts` as (option, value) pairs: `-pNAME`, `-p NAME`, `--opt=value` and `--opt value`."""
-    import shlex
 
     text = value if isinstance(value, list) else None
     try:
@@ -155,7 +158,6 @@ def _leaves_out(option: str, arg: str, targets: _Targets | None) -> bool:
             if kept is False:
                 return True
         return False
-    import fnmatch
 
     wanted = arg.split("::", 1)[0].rstrip("/") if option == "--deselect" else arg.rstrip("/")
     while wanted.startswith("./"):
@@ -177,7 +179,6 @@ def _leaves_out(option: str, arg: str, targets: _Targets | None) -> bool:
 def _pattern_misses(key: str, value: object, targets: _Targets | None) -> bool:
     """Whether python_files/_classes/_functions would not collect one of the grader's tests (extra
     patterns for a project's own `check_*.py` files are honest)."""
-    import fnmatch
 
     patterns = [str(v) for v in value] if isinstance(value, list) else str(value).split()
     if targets is None:
@@ -357,7 +358,6 @@ def _image_python(box: Any, image: str) -> str:
     its PATH finds it, never in a place the student writes), so they import the packages its
     Dockerfile installed. A missing or too old interpreter is the task's problem, an infra error
     naming the image, never a zero for the student."""
-    from importlib.metadata import metadata
 
     python = getattr(box, "system_python", None)
     got = box.run([python, "-I", "-c", "import sys; print(*sys.version_info[:2])"], timeout=30) if python else None
@@ -381,7 +381,6 @@ class _Run:
 # -- the judge's runtime -----------------------------------------------------------------------------
 def _build_grader(dest: Path) -> None:
     """/grader: the runner, the judge's ini, and pytest from the harness's own install."""
-    import importlib.util
 
     lib = dest / "lib"
     lib.mkdir(parents=True)
