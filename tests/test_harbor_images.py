@@ -385,3 +385,34 @@ def test_commands_the_tests_run_are_the_images_before_the_students(confinement, 
     verdict = evaluate(PytestJudge(tests=str(tmp_path / "tests"), timeout_s=60),
                        JudgeContext(submission=sub, sandbox_spec=SandboxSpec(image=root, workdir="/app")))
     assert verdict.score == score and not verdict.infra_error, verdict.explanation
+
+
+def test_an_images_own_commands_in_the_workdir_keep_their_place_on_path(confinement, image_store, tmp_path):
+    # The uv-style image: ENV PATH=/app/bin:... with the task's own /app/bin/grep. Unchanged, it is
+    # still found first; the student's new /app/bin/mytool beside it is found too.
+    from conftest import BASE_IMAGE
+
+    from proctor.custody import starting_files
+    from proctor.images import prepare
+    from proctor.judges import JudgeContext, PytestJudge, evaluate
+    from proctor.sandbox import SandboxSpec
+
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nENV PATH=/app/bin:/usr/local/bin:/usr/bin:/bin\nWORKDIR /app\n")
+    root = prepare(TaskImage(context=ctx), image_store)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_path.py").write_text(
+        "import subprocess\n\n\ndef test_the_images_grep():\n"
+        "    assert subprocess.run(['grep'], capture_output=True, text=True).stdout == 'the image grep\\n'\n\n\n"
+        "def test_mine():\n    assert subprocess.run(['mytool'], capture_output=True, text=True).stdout == 'ok\\n'\n")
+    sub = tmp_path / "sub"
+    (sub / "bin").mkdir(parents=True)
+    (sub / "bin" / "grep").write_text("#!/bin/sh\necho the image grep\n")
+    (sub / "bin" / "grep").chmod(0o755)
+    start = starting_files(sub)
+    (sub / "bin" / "mytool").write_text("#!/bin/sh\necho ok\n")
+    (sub / "bin" / "mytool").chmod(0o755)
+    verdict = evaluate(PytestJudge(tests=str(tmp_path / "tests"), timeout_s=60),
+                       JudgeContext(submission=sub, sandbox_spec=SandboxSpec(image=root, workdir="/app"), starting_files=start))
+    assert (verdict.score, verdict.explanation) == (1.0, "all 2 tests passed"), verdict.explanation

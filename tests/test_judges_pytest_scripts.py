@@ -168,12 +168,15 @@ def test_which_helpers_stay_real_on_disk(tmp_path):
     from proctor.judges.pytest_judge import _hide_sources
 
     tree = {
-        "test_a.py": "import json, subprocess, sys\nfrom lib import util\nfrom secret import KEY\nimport runner\n"
+        "test_a.py": "import json, subprocess, sys\nfrom lib import util\nfrom secret import KEY\nimport runner\nfrom pkg import mod\n"
                      "def test_x():\n    subprocess.run([sys.executable, '-m', 'lib.tool'])\n"
-                     "    subprocess.run(f'{sys.executable} /tests/runner.py --fast', shell=True)\n",
+                     "    subprocess.run(f'{sys.executable} /tests/runner.py --fast', shell=True)\n"
+                     "    subprocess.run([sys.executable, '-c', 'from pkg import mod'])\n"
+                     "    subprocess.run(['grep', '-m', '1', 'x'])  # -m of another program: 'secret' stays a stub\n"
+                     "    KEYS = {'secret': 1}\n",
         "secret.py": "KEY = 1\n", "runner.py": "import shared\n", "shared.py": "X = 1\n",
         "lib/__init__.py": "VERSION = 1\n", "lib/util.py": "Y = 2\n", "lib/tool.py": "print(1)\n",
-        "unused.py": "Z = 3\n",
+        "unused.py": "Z = 3\n", "pkg/__init__.py": "", "pkg/mod.py": "W = 4\n",
     }
     for name, text in tree.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -291,3 +291,13 @@ def test_a_requested_device_node_is_passed_through_and_others_are_absent(make_sa
 def test_a_missing_device_gives_a_clear_error(make_sandbox, runtime):
     with pytest.raises(ConfigError, match="/dev/nvidia-none.*does not exist" if runtime != "gvisor" else "cannot pass host devices"):
         make_sandbox(SandboxSpec(devices=(Device(path="/dev/nvidia-none"),)))
+
+
+def test_the_loopback_guard_goes_through_libnftables_here(monkeypatch):
+    # The OS's libnftables1 (a dependency of nftables) is what the guard uses; PROCTOR_NFT_LIBRARY=0
+    # switches to nsenter and nft (tests/test_student_input.py runs the lo-bound attack both ways).
+    from proctor.sandbox.network import nft_library_loaded
+
+    assert nft_library_loaded()
+    monkeypatch.setenv("PROCTOR_NFT_LIBRARY", "0")
+    assert not nft_library_loaded()

@@ -65,6 +65,7 @@ _TESTS = SETTINGS["tests_at"]
 # stdlib, never the workdir), then the image's ENV PYTHONPATH, which they would have had anyway.
 os.environ["PROCTOR_STUDENT_PLACES"] = os.pathsep.join((_WORKDIR, "/tmp", "/dev/shm"))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in ("/grader/child", str(SETTINGS.get("pythonpath") or "")) if p)
+os.environ["PYTHONNOUSERSITE"] = "1"  # the guard appends the user site as a plain entry: its .pth files never run
 
 
 def _students_place(entry):
@@ -73,12 +74,41 @@ def _students_place(entry):
     return isinstance(entry, str) and any(entry == top or entry.startswith(top + "/") for top in (_WORKDIR, "/tmp", "/dev/shm"))
 
 
-# Commands the tests run by name: the image's own first. An image's `ENV PATH=/app/bin:$PATH` would
-# let a student's /app/bin/grep (`exit 0`) answer for the real one (a fresh attacker's hack); the
-# student's places go last, so a tool of its own (/app/bin/mytool) is still found.
+# Commands the tests run by name: the image's own. An image's `ENV PATH=/app/bin:$PATH` would let a
+# student's /app/bin/grep (`exit 0`) answer for the real one (a fresh attacker's hack). A directory of
+# the student's places that holds a new or changed file named like a command of the image's own
+# directories goes last, with relative entries; the others keep their place (an image's
+# /app/.venv/bin first, the student's /app/bin/mytool).
+_KEPT_TOOLS = frozenset(SETTINGS.get("unchanged_files") or ())
 _PATH = os.environ.get("PATH", "").split(os.pathsep)
-os.environ["PATH"] = os.pathsep.join([p for p in _PATH if p and not _students_place(os.path.abspath(p))]
-                                     + [p for p in _PATH if not p or _students_place(os.path.abspath(p))])
+_SYSTEM_PATH = [p for p in _PATH if p and not _students_place(os.path.abspath(p))]
+
+
+def _shadows_a_command(directory):
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return False
+    return any(os.path.join(directory, n) not in _KEPT_TOOLS and any(os.access(os.path.join(s, n), os.X_OK) for s in _SYSTEM_PATH)
+               for n in names)
+
+
+_DEMOTED = [p for p in _PATH if not p or (_students_place(os.path.abspath(p)) and _shadows_a_command(os.path.abspath(p)))]
+os.environ["PATH"] = os.pathsep.join([p for p in _PATH if p not in _DEMOTED] + _DEMOTED)
+
+# What the tests' child Pythons and commands are started with, put back before each test: student
+# code imported at collection cannot take the guard off the children of later tests.
+_CHILD_ENV = {k: os.environ.get(k) for k in ("PATH", "PYTHONPATH", "PYTHONNOUSERSITE", "PROCTOR_STUDENT_PLACES")}
+
+
+def _restore_child_env():
+    for key, value in _CHILD_ENV.items():
+        if os.environ.get(key) != value:
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
 
 # `pip install --user` under HOME (the workdir): its packages import, after everything else, and
 # nothing in it (.pth, usercustomize) is executed: it is a plain path entry, not a site directory.
@@ -100,11 +130,13 @@ import _pytest.main  # noqa: E402
 import _pytest.python  # noqa: E402
 import _pytest.reports  # noqa: E402
 import _pytest.runner  # noqa: E402
+import _pytest.unittest  # noqa: E402
 import pluggy  # noqa: E402
 import pluggy._callers  # noqa: E402
 import pluggy._hooks  # noqa: E402
 import pluggy._manager  # noqa: E402
 import pytest  # noqa: E402
+import unittest.case  # noqa: E402
 
 _static = inspect.getattr_static
 _write = os.write
@@ -173,6 +205,13 @@ _WATCHED = [
     (_pytest.reports.BaseReport, ("passed", "failed", "skipped")),
     (_pytest.python, ("pytest_pyfunc_call", "Function", "Module", "Class")),
     (_pytest.python.Function, ("runtest", "setup", "_getobj", "obj")),
+    # unittest.TestCase tests: their failures reach the judge through these (item._excinfo).
+    (_pytest.unittest.TestCaseFunction, ("runtest", "_addexcinfo", "addError", "addFailure", "addSkip", "addExpectedFailure",
+                                         "addUnexpectedSuccess", "addSuccess", "startTest", "stopTest", "setup", "teardown")),
+    (unittest.case.TestCase, ("run", "__call__", "_baseAssertEqual", "_getAssertEqualityFunc", "assertEqual", "assertTrue",
+                              "assertFalse", "assertIn", "assertIs", "assertIsNone", "assertAlmostEqual", "assertNotEqual",
+                              "assertRaises", "assertCountEqual", "assertDictEqual", "assertListEqual", "fail", "failureException")),
+    (unittest.case, ("_Outcome", "TestCase")),
     (_pytest.main.Session, ("perform_collect", "genitems")),
     (_pytest.main, ("pytest_runtestloop",)),
     (pluggy._callers, ("_multicall",)),
@@ -267,6 +306,21 @@ class _Watch:
 WATCH = _Watch()
 _TEST_MODULES = []
 _IMPORTS = {}
+_GRADER_CODE = []  # every code object compiled from the grader's files (kept, so an id is never reused)
+_GRADER_CODE_IDS = set()
+
+
+def _keep_code(code):
+    """A test counts as the grader's only if its function was compiled here from the grader's
+    files: student code can forge a code object's file name (compile(..., "/tests/x.py")), not this."""
+    todo = [code]
+    while todo:
+        c = todo.pop()
+        if _id(c) in _GRADER_CODE_IDS:
+            continue
+        _GRADER_CODE.append(c)
+        _GRADER_CODE_IDS.add(_id(c))
+        todo += [k for k in c.co_consts if isinstance(k, type(c))]
 
 
 # -- always-equal objects in asserts ---------------------------------------------------------------
@@ -422,7 +476,9 @@ class _TestLoader(importlib.machinery.SourceFileLoader):
         _IMPORTS[path] = _imports(ast.parse(data, filename=path))
         tree = _AssertEq().visit(ast.parse(data, filename=path))
         ast.fix_missing_locations(tree)
-        return compile(tree, path, "exec", dont_inherit=True)
+        code = compile(tree, path, "exec", dont_inherit=True)
+        _keep_code(code)
+        return code
 
     def get_data(self, path):
         if path in _SOURCES:
@@ -570,6 +626,7 @@ class JudgePlugin:
     def pytest_runtest_protocol(self, item, nextitem):
         CURRENT[0] = item.nodeid
         self.raised[item.nodeid] = {}
+        _restore_child_env()
         emit("start", id=item.nodeid)
         try:
             return (yield)
@@ -579,12 +636,12 @@ class JudgePlugin:
             failed = [phase for phase, raised in seen.items() if raised]
             obj = getattr(item, "obj", None)
             code = getattr(obj, "__code__", None)
-            own = code is not None and code.co_filename.startswith(_TESTS + "/")
+            own = code is not None and code.co_filename.startswith(_TESTS + "/") and _id(code) in _GRADER_CODE_IDS
             if "runtest" in getattr(item, "__dict__", {}):
                 emit("tamper", what="the test item's runtest was replaced", where=item.nodeid)
             intact = WATCH.check(item.nodeid)
             outcome = "passed" if ran and not failed and intact and own else ("error" if not ran else "failed")
-            emit("end", id=item.nodeid, outcome=outcome, raised=failed, ran=ran)
+            emit("end", id=item.nodeid, outcome=outcome, raised=failed, ran=ran, graders=own)
             CURRENT[0] = None
 
     def _observe(self, item, phase):

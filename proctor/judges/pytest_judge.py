@@ -296,7 +296,7 @@ class PytestJudge(Judge):
             return Verdict.zero(str(exc), infra_error=True, misbehaviour=events)
         except (SandboxError, ProctorError, OSError) as exc:
             return Verdict.zero(f"could not run the tests: {type(exc).__name__}: {exc}", infra_error=True, misbehaviour=events)
-        return _verdict(self.scoring, expected, run, events)
+        return _verdict(self.scoring, expected, run, events, files)
 
     def _test_files(self, ctx: JudgeContext) -> tuple[Path, list[str]]:
         candidates = self._candidates(ctx.hidden, ctx.env_dir)
@@ -330,7 +330,9 @@ class PytestJudge(Judge):
                     *base.mounts, Mount(source=str(grader), target="/grader"), Mount(source=str(tests), target=self.tests_at))})
             except ValueError as exc:
                 raise _AuthoringError(f"PytestJudge.tests_at {self.tests_at!r} does not fit the task's sandbox: {exc}") from None
+            image_path = spec.image.env.get("PATH", "") if spec.image is not None else ""
             settings = {"nonce": nonce, "workdir": spec.workdir, "tests_at": self.tests_at,
+                        "unchanged_files": _unchanged_in_path(ctx, self._baseline(ctx.env_dir), spec.workdir, image_path),
                         "files": [f"{self.tests_at}/{f}" for f in files], "sources": sources,
                         "pythonpath": spec.image.env.get("PYTHONPATH", "") if spec.image is not None else ""}
             box = ctx.sandbox_backend().create(spec)
@@ -351,6 +353,18 @@ class PytestJudge(Judge):
                 box.close()
         return _Run(nonce=nonce, stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code, signal=result.signal,
                     timed_out=result.timed_out, budget=budget, wall=wall, events=events)
+
+
+def _unchanged_in_path(ctx: JudgeContext, baseline: Path | None, workdir: str, path: str) -> list[str]:
+    """The task's own files, unchanged, in the workdir's directories on the image's PATH (an
+    image's /app/.venv/bin/python), as sandbox paths: commands there stay where the image put
+    them (the runner's PATH rule)."""
+    dirs = {os.path.relpath(os.path.normpath(d), workdir) for d in path.split(os.pathsep)
+            if d.startswith(workdir.rstrip("/") + "/")}
+    if not dirs or not ctx.submission.is_dir():
+        return []
+    return sorted(f"{workdir.rstrip('/')}/{rel}" for rel in _unchanged(ctx.submission, baseline, ctx.starting_files)
+                  if os.path.dirname(rel) in dirs)
 
 
 def _image_python(box: Any, image: str) -> str:
@@ -455,8 +469,10 @@ def _run_by_tests(tests: Path) -> set[Path]:
                 if re.search(rf"(^|[\s/'\"=]){re.escape(name)}($|[\s'\";])", text) or module in imported \
                         or re.search(rf"(^|\s)-m\s*{re.escape(module)}($|\s)", text):
                     found.add(helper)
-        if any(isinstance(n, ast.Constant) and n.value == "-m" for n in ast.walk(tree)):
-            found |= {h for h, (_, module) in helpers.items() if module in strings}
+        # [sys.executable, "-m", "lib.check"]: the module right after "-m" in the same list.
+        after_m = {b.value for n in ast.walk(tree) if isinstance(n, (ast.List, ast.Tuple)) for a, b in zip(n.elts, n.elts[1:])
+                   if isinstance(a, ast.Constant) and a.value == "-m" and isinstance(b, ast.Constant) and isinstance(b.value, str)}
+        found |= {h for h, (_, module) in helpers.items() if module in after_m}
     # A child that imports a.b.c (or runs `-m a.b.c`) runs the packages' __init__ files first.
     return found | {d / "__init__.py" for h in found for d in h.parents if d.is_relative_to(tests) and d != tests and (d / "__init__.py").is_file()}
 
@@ -469,6 +485,8 @@ def _imports_in_code(text: str) -> set[str]:
         return set()
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+    names += [f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level
+              for a in n.names]  # `from lib import check`: lib/check.py
     return {".".join(name.split(".")[:i]) for name in names for i in range(1, name.count(".") + 2)}
 
 
@@ -583,10 +601,16 @@ def marks_of_tests(root: Path, files: list[str]) -> dict[str, set[str]]:
     return marks
 
 
+_BUILTIN_FIXTURES = ("request", "tmp_path", "tmp_path_factory", "tmpdir", "tmpdir_factory", "monkeypatch", "capsys", "capfd",
+                     "capsysbinary", "capfdbinary", "caplog", "recwarn", "pytestconfig", "record_property", "record_xml_attribute",
+                     "record_testsuite_property", "cache", "doctest_namespace", "testdir", "pytester")
+
+
 def names_in_tests(root: Path, files: list[str]) -> set[str]:
     """Every function name and parameter name in the test files: the fixtures their tests and
-    fixtures request (and more, which only makes the judge warier)."""
-    names: set[str] = set()
+    fixtures request (and more, which only makes the judge warier), and pytest's own fixtures,
+    which they may reach through each other (tmp_path needs tmp_path_factory)."""
+    names: set[str] = set(_BUILTIN_FIXTURES)
     for rel in files:
         try:
             tree = ast.parse((root / rel).read_bytes())
@@ -878,16 +902,17 @@ def _base(nodeid: str) -> str:
     return _PARAM.sub("", nodeid)
 
 
-def _verdict(scoring: str, expected: list[str], run: _Run, events: list[MisbehaviourEvent]) -> Verdict:
+def _verdict(scoring: str, expected: list[str], run: _Run, events: list[MisbehaviourEvent], files: list[str] = ()) -> Verdict:
     records, problems = _records(run)
     events = list(events) + list(run.events)
     # Tests pytest found in the grader's files beyond those read with `ast` (inherited from a base
     # class, in a nested class, made by a factory or through globals(), any unittest.TestCase)
     # count too: a fresh attacker's answer failed them and scored 1.
-    files = {t.split("::", 1)[0] for t in expected}
-    seen = [str(i) for r in records if r.get("event") == "collected" for i in (r.get("ids") or [])]
-    seen += [str(r.get("id")) for r in records if r.get("event") in ("start", "end")]
-    expected = expected + sorted({_base(i) for i in seen if _base(i).split("::", 1)[0] in files} - set(expected))
+    # Only tests whose function the judge compiled from the grader's files (`graders`): never one
+    # student code made (a forged file name) nor the student's own `def test()` a star import brought in.
+    files = set(files) | {t.split("::", 1)[0] for t in expected}
+    seen = {_base(str(r.get("id"))) for r in records if r.get("event") == "end" and r.get("graders") is True}
+    expected = expected + sorted({i for i in seen if i.split("::", 1)[0] in files} - set(expected))
     tamper = [r for r in records if r.get("event") == "tamper"]
     equal = [r for r in records if r.get("event") == "always_equal"]
     finished = any(r.get("event") == "finish" for r in records)

@@ -45,9 +45,10 @@ def _setns(fd: int) -> None:
         raise SandboxError(f"setns into a network namespace failed: {os.strerror(ctypes.get_errno())}")
 
 
-def in_netns(netns_path: str, work: Callable[[], T]) -> T:
+def in_netns(netns_path: str, work: Callable[[], T], timeout_s: float = 10.0) -> T:
     """Run `work` inside another network namespace, on a short-lived thread (setns changes only
-    the calling thread's namespace; the thread goes back before it ends, and ends either way)."""
+    the calling thread's namespace; the thread goes back before it ends, and ends either way). A
+    SandboxError if it has not finished within `timeout_s` (the thread is left to end by itself)."""
     result: dict[str, object] = {}
 
     def run() -> None:
@@ -67,9 +68,11 @@ def in_netns(netns_path: str, work: Callable[[], T]) -> T:
         finally:
             os.close(own)
 
-    t = threading.Thread(target=run, name="proctor-netns")
+    t = threading.Thread(target=run, name="proctor-netns", daemon=True)
     t.start()
-    t.join()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise SandboxError(f"work in the network namespace {netns_path} did not finish within {timeout_s:.0f}s")
     if "error" in result:
         raise result["error"]  # type: ignore[misc]
     return result["value"]  # type: ignore[return-value]
@@ -138,7 +141,10 @@ def _root_only(path: str) -> bool:
 def _libnftables() -> ctypes.CDLL | None:
     """nft's own library (the OS's libnftables1), loaded once into the harness: the guard is
     installed and its counters read without starting nsenter and nft for each (4 ms of CPU a
-    rollout, issue 15). None where it is missing or not root's alone (then nft is run)."""
+    rollout, issue 15). None where it is missing or not root's alone, or where PROCTOR_NFT_LIBRARY=0
+    (then nft is run)."""
+    if os.environ.get("PROCTOR_NFT_LIBRARY") == "0":
+        return None
     with _libnft_lock:
         if not _libnft_cache:
             lib = None
@@ -160,6 +166,11 @@ def _libnftables() -> ctypes.CDLL | None:
                     lib = None
             _libnft_cache.append(lib)
         return _libnft_cache[0]
+
+
+def nft_library_loaded() -> bool:
+    """Whether the loopback guard is installed and read through libnftables (else nsenter and nft)."""
+    return _libnftables() is not None
 
 
 def _nft_in(netns_pid: int, command: str, json_out: bool = False) -> subprocess.CompletedProcess[str] | None:
@@ -189,7 +200,9 @@ def _nft_in(netns_pid: int, command: str, json_out: bool = False) -> subprocess.
         try:
             return in_netns(netns, run)
         except (OSError, SandboxError):
-            return None
+            if not os.path.exists(netns):
+                return None  # the namespace is gone: nothing to guard or count
+            # Else the library failed where nft may not: never a guard silently left out.
     nft = _nft()
     if nft is None:
         return None
