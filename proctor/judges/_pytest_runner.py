@@ -61,8 +61,9 @@ os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 _SOURCES = SETTINGS.pop("sources", {})  # the tests' text: on disk they are stubs (docs/judges.md)
 _WORKDIR = SETTINGS["workdir"]
 _TESTS = SETTINGS["tests_at"]
-# Pythons the tests start: the judge's child guard first (_child_guard.py: stdlib modules from the
-# stdlib, never the workdir), then the image's ENV PYTHONPATH, which they would have had anyway.
+# Pythons the tests start: the judge's child guard first (_child_guard.py: a module the runtime has
+# comes from the runtime, never the student's places), then the image's ENV PYTHONPATH, which they
+# would have had anyway.
 os.environ["PROCTOR_STUDENT_PLACES"] = os.pathsep.join((_WORKDIR, "/tmp", "/dev/shm"))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in ("/grader/child", str(SETTINGS.get("pythonpath") or "")) if p)
 os.environ["PYTHONNOUSERSITE"] = "1"  # the guard appends the user site as a plain entry: its .pth files never run
@@ -636,7 +637,7 @@ class JudgePlugin:
             failed = [phase for phase, raised in seen.items() if raised]
             obj = getattr(item, "obj", None)
             code = getattr(obj, "__code__", None)
-            own = code is not None and code.co_filename.startswith(_TESTS + "/") and _id(code) in _GRADER_CODE_IDS
+            own = code is not None and _id(code) in _GRADER_CODE_IDS  # compiled by _TestLoader from the grader's files
             if "runtest" in getattr(item, "__dict__", {}):
                 emit("tamper", what="the test item's runtest was replaced", where=item.nodeid)
             intact = WATCH.check(item.nodeid)

@@ -285,13 +285,14 @@ class PytestJudge(Judge):
                 ours = _unchanged(ctx.submission, self._baseline(ctx.env_dir), ctx.starting_files)
                 events = _planted_files(ctx.submission, ours) + _config_files(ctx.submission, ours)
             return Verdict.zero(str(exc), infra_error=True, misbehaviour=events)
+        ours: set[str] | None = None
         if self.flag_planted_files:
             ours = _unchanged(ctx.submission, self._baseline(ctx.env_dir), ctx.starting_files)
             targets = _Targets(marks_of_tests(root, files), self.tests_at, ctx.sandbox_spec.workdir if ctx.sandbox_spec else "/app",
                                names_in_tests(root, files))
             events = _planted_files(ctx.submission, ours, targets) + _config_files(ctx.submission, ours, targets)
         try:
-            run = self._run(ctx, root, files)
+            run = self._run(ctx, root, files, ours)
         except _AuthoringError as exc:
             return Verdict.zero(str(exc), infra_error=True, misbehaviour=events)
         except (SandboxError, ProctorError, OSError) as exc:
@@ -316,7 +317,8 @@ class PytestJudge(Judge):
             raise _AuthoringError(f"{root / 'conftest.py'}: PytestJudge loads no conftest.py, not even the task's; move its fixtures into the test files")
         return root, files
 
-    def _run(self, ctx: JudgeContext, root: Path, files: list[str]) -> _Run:
+    def _run(self, ctx: JudgeContext, root: Path, files: list[str], ours: set[str] | None = None) -> _Run:
+        """`ours`: the task's own unchanged files (`_unchanged`), if grade() already read them."""
         base = ctx.grading_spec()
         nonce = secrets.token_hex(16)
         with tempfile.TemporaryDirectory(prefix="proctor-pytest-") as scratch:
@@ -332,7 +334,7 @@ class PytestJudge(Judge):
                 raise _AuthoringError(f"PytestJudge.tests_at {self.tests_at!r} does not fit the task's sandbox: {exc}") from None
             image_path = spec.image.env.get("PATH", "") if spec.image is not None else ""
             settings = {"nonce": nonce, "workdir": spec.workdir, "tests_at": self.tests_at,
-                        "unchanged_files": _unchanged_in_path(ctx, self._baseline(ctx.env_dir), spec.workdir, image_path),
+                        "unchanged_files": _unchanged_in_path(ctx, self._baseline(ctx.env_dir), spec.workdir, image_path, ours),
                         "files": [f"{self.tests_at}/{f}" for f in files], "sources": sources,
                         "pythonpath": spec.image.env.get("PYTHONPATH", "") if spec.image is not None else ""}
             box = ctx.sandbox_backend().create(spec)
@@ -355,7 +357,7 @@ class PytestJudge(Judge):
                     timed_out=result.timed_out, budget=budget, wall=wall, events=events)
 
 
-def _unchanged_in_path(ctx: JudgeContext, baseline: Path | None, workdir: str, path: str) -> list[str]:
+def _unchanged_in_path(ctx: JudgeContext, baseline: Path | None, workdir: str, path: str, ours: set[str] | None = None) -> list[str]:
     """The task's own files, unchanged, in the workdir's directories on the image's PATH (an
     image's /app/.venv/bin/python), as sandbox paths: commands there stay where the image put
     them (the runner's PATH rule)."""
@@ -363,8 +365,9 @@ def _unchanged_in_path(ctx: JudgeContext, baseline: Path | None, workdir: str, p
             if d.startswith(workdir.rstrip("/") + "/")}
     if not dirs or not ctx.submission.is_dir():
         return []
-    return sorted(f"{workdir.rstrip('/')}/{rel}" for rel in _unchanged(ctx.submission, baseline, ctx.starting_files)
-                  if os.path.dirname(rel) in dirs)
+    if ours is None:
+        ours = _unchanged(ctx.submission, baseline, ctx.starting_files)
+    return sorted(f"{workdir.rstrip('/')}/{rel}" for rel in ours if os.path.dirname(rel) in dirs)
 
 
 def _image_python(box: Any, image: str) -> str:
@@ -905,11 +908,11 @@ def _base(nodeid: str) -> str:
 def _verdict(scoring: str, expected: list[str], run: _Run, events: list[MisbehaviourEvent], files: list[str] = ()) -> Verdict:
     records, problems = _records(run)
     events = list(events) + list(run.events)
-    # Tests pytest found in the grader's files beyond those read with `ast` (inherited from a base
+    # Tests pytest ran from the grader's files beyond those read with `ast` (inherited from a base
     # class, in a nested class, made by a factory or through globals(), any unittest.TestCase)
-    # count too: a fresh attacker's answer failed them and scored 1.
-    # Only tests whose function the judge compiled from the grader's files (`graders`): never one
-    # student code made (a forged file name) nor the student's own `def test()` a star import brought in.
+    # count too: a fresh attacker's answer failed them and scored 1. Only those whose function the
+    # judge compiled from the grader's files (`graders`): never one student code made (a forged
+    # file name), nor the student's own `def test()` that a star import brought in.
     files = set(files) | {t.split("::", 1)[0] for t in expected}
     seen = {_base(str(r.get("id"))) for r in records if r.get("event") == "end" and r.get("graders") is True}
     expected = expected + sorted({i for i in seen if i.split("::", 1)[0] in files} - set(expected))

@@ -58,12 +58,7 @@ def uids_of(pid: int) -> tuple[int, ...] | None:
 
 def pids_of_uid(uid: int) -> list[int]:
     """Every live process any of whose uids is `uid` (zombies included: they still hold a pid)."""
-    found = []
-    for pid in pids():
-        ids = uids_of(pid)
-        if ids is not None and uid in ids:
-            found.append(pid)
-    return found
+    return pids_of_uid_or_pidns(uid, None)
 
 
 def pidns_of(pid: int) -> int | None:
@@ -74,9 +69,9 @@ def pidns_of(pid: int) -> int | None:
 
 
 def pids_of_uid_or_pidns(uid: int, ns_inode: int | None) -> list[int]:
-    """`pids_of_uid(uid)` and `pids_in_pidns(ns_inode)` together, in one pass over the process
-    table (the scan a custody proof makes every round): a process in the namespace is not read
-    for its uids."""
+    """Processes any of whose uids is `uid`, or whose PID namespace is `ns_inode` (a namespace
+    holding none no longer exists), in one pass over the process table (the scan a custody proof
+    makes every round): a process in the namespace is not read for its uids."""
     found = []
     for pid in pids():
         if ns_inode is not None and pidns_of(pid) == ns_inode:
@@ -86,11 +81,6 @@ def pids_of_uid_or_pidns(uid: int, ns_inode: int | None) -> list[int]:
         if ids is not None and uid in ids:
             found.append(pid)
     return found
-
-
-def pids_in_pidns(ns_inode: int) -> list[int]:
-    """Processes whose PID namespace is `ns_inode` (a namespace holding none no longer exists)."""
-    return [pid for pid in pids() if pidns_of(pid) == ns_inode]
 
 
 def _state(stat_path: str) -> bytes | None:
