@@ -92,6 +92,58 @@ def test_a_setsid_daemon_cannot_rewrite_the_answer_after_the_student_is_done(san
         assert (sandbox.workdir / "answer.txt").read_bytes() == before  # nobody is left to change it
 
 
+# Each member forks and exits at once, so a chain has no fixed pid to kill; it forges the answer
+# only once the student's shell is dead, i.e. after the harness's kill has begun. A kill that
+# signals a list of pids without freezing the cgroup first misses the member forked meanwhile,
+# which then rewrites the answer milliseconds later (a fresh attacker's find). In C, as the
+# attacker wrote it: a Python chain forks too slowly to slip between a look and a kill.
+_FORK_AND_EXIT_CHAIN = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static int dead(const char *stat) {
+    char buf[512];
+    int fd = open(stat, O_RDONLY);
+    if (fd < 0) return 1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 1;
+    buf[n] = 0;
+    char *end = strrchr(buf, ')');
+    return !end || end[2] == 'Z' || end[2] == 'X';
+}
+int main(void) {
+    char stat[64];
+    snprintf(stat, sizeof stat, "/proc/%d/stat", (int)getppid());
+    for (;;) {
+        if (fork() > 0) _exit(0);
+        if (dead(stat)) {
+            int fd = open("/workdir/answer.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) { write(fd, "forged\n", 7); close(fd); }
+        }
+    }
+}
+"""
+
+
+def test_a_fork_and_exit_chain_cannot_rewrite_the_answer_once_the_kill_has_begun(sandbox, dest, host_processes_of):
+    built = sandbox.run("echo honest > /workdir/answer.txt; cat > /tmp/chain.c && gcc -O2 -o /tmp/chain /tmp/chain.c && echo built",
+                        input=_FORK_AND_EXIT_CHAIN.encode(), timeout=60)
+    assert built.text.strip().endswith("built"), built.text
+    sandbox.spawn(["/bin/bash", "-c", "for i in $(seq 32); do /tmp/chain & done; sleep 1000"])
+    end = time.monotonic() + 5  # the shell, its sleep and at least one member of a chain
+    while len(student_processes(sandbox)) < 3 and time.monotonic() < end:
+        time.sleep(0.05)
+    assert len(student_processes(sandbox)) >= 3, "the chains did not start"
+    point = custody_point(sandbox, ["answer.txt"], dest)
+    assert point.kill.empty, point.kill
+    assert host_processes_of(sandbox.uid) == []
+    assert (dest / "answer.txt").read_text() == "honest\n"
+    time.sleep(0.3)  # a member that outlived the kill writes within milliseconds
+    assert (sandbox.workdir / "answer.txt").read_text() == "honest\n"
+
+
 def test_a_racer_swapping_the_answer_for_a_link_never_leaks_the_secret(sandbox, tmp_path):
     """Even with a student process still racing (custody normally runs after kill_all), the copy
     never follows a link: take_custody is run directly against a live racer, many times."""

@@ -102,6 +102,43 @@ def test_a_kill_that_outlasts_the_deadline_still_asks_the_witnesses_before_calli
     assert report.empty, report.detail
 
 
+def test_a_process_outside_the_cgroup_is_found_by_the_uid_scan_and_killed(confinement):
+    # The first round kills the cgroup's members only; the process table, read as the witness,
+    # finds a process of the student's uid that is not in the cgroup, and the next round kills it.
+    import subprocess
+
+    uid = 2**31 - 11
+    outside = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "/bin/sleep", "1000"])
+    try:
+        end = time.monotonic() + 5
+        while procfs.pids_of_uid(uid) != [outside.pid] and time.monotonic() < end:
+            time.sleep(0.005)
+        assert procfs.pids_of_uid(uid) == [outside.pid]
+        report = reap_until_empty(
+            freeze=lambda: None, thaw=lambda: None, cgroup_pids=lambda: [], uid=uid, pidns=None,
+            reap_children=lambda: outside.poll(), deadline_s=5,
+        )
+        assert report.empty, report
+        assert report.rounds == 2 and report.killed == 1
+        assert outside.wait(timeout=5) == -9
+    finally:
+        if outside.poll() is None:
+            outside.kill()
+            outside.wait()
+
+
+def test_an_empty_sandbox_is_proven_empty_with_one_read_of_the_process_table(sandbox, runtime, monkeypatch):
+    sandbox.run("sleep 1000 & setsid sleep 1000 & true")
+    assert len(student_processes(sandbox)) == 2
+    reads = []
+    scan = procfs.pids_of_uid_or_pidns
+    monkeypatch.setattr(procfs, "pids_of_uid_or_pidns", lambda *a: reads.append(a) or scan(*a))
+    report = sandbox.kill_all()
+    assert len(reads) == 1, reads
+    assert report.empty, report
+    assert student_processes(sandbox) == []
+
+
 _ZOMBIES_AFTER_CLOSE = r"""
 import os, sys, time
 from proctor.sandbox import get_backend, procfs

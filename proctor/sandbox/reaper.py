@@ -123,22 +123,32 @@ def reap_until_empty(
     reap_children: Callable[[], None],
     deadline_s: float,
 ) -> KillReport:
-    """Freeze, kill, thaw, repeat until all three witnesses agree the sandbox is empty."""
+    """Freeze, kill, thaw, repeat until all three witnesses agree the sandbox is empty.
+
+    The first round kills the cgroup's members (frozen, so none can fork or exit meanwhile); the
+    process table is read once the cgroup is empty, as the witness that no process of the uid or
+    the PID namespace is left anywhere else. A process that witness finds which no round has
+    killed yet (one that left the cgroup: unprivileged it cannot, but nothing relies on that) makes
+    every later round kill by the process table too, at once. An empty sandbox is so proven with
+    one read of the process table."""
     start = time.monotonic()
     end = start + deadline_s
     killed = rounds = 0
     remaining: list[int] = []
+    by_scan = False
+    signalled: set[int] = set()
     while True:
         rounds += 1
         try:
             freeze()
         except TimeoutError:
             pass  # killing still works on a partly frozen group; the witnesses decide
-        # Kill everything, including processes we cannot attribute yet: the uid scan catches a
-        # process that left the cgroup (it cannot, unprivileged, but we do not rely on that).
-        targets = set(cgroup_pids()) | set(procfs.pids_of_uid_or_pidns(uid, pidns))
+        targets = set(cgroup_pids())
+        if by_scan:
+            targets |= set(procfs.pids_of_uid_or_pidns(uid, pidns))
         targets.discard(os.getpid())
         killed += kill_pids(targets)
+        signalled |= targets
         thaw()  # frozen tasks only die once thawed
         wait_end = min(end, time.monotonic() + 0.5)
         # The witnesses are asked at least once per round, even when the freeze and the kill
@@ -146,9 +156,12 @@ def reap_until_empty(
         # unreapable, and an honest student is flagged for the harness's slowness.
         while True:
             reap_children()
-            remaining = _witnesses(cgroup_pids, uid, pidns)
+            remaining, unsignalled = _witnesses(cgroup_pids, uid, pidns, signalled)
             if not remaining:
                 return KillReport(empty=True, killed=killed, rounds=rounds, duration_s=time.monotonic() - start)
+            if unsignalled:
+                by_scan = True
+                break  # alive and never signalled: waiting cannot end it, the next round kills it
             if time.monotonic() >= wait_end:
                 break
             time.sleep(0.002)
@@ -163,9 +176,13 @@ def reap_until_empty(
             )
 
 
-def _witnesses(cgroup_pids: Callable[[], list[int]], uid: int, pidns: int | None) -> list[int]:
+def _witnesses(cgroup_pids: Callable[[], list[int]], uid: int, pidns: int | None,
+               signalled: set[int]) -> tuple[list[int], bool]:
+    """The processes still alive, and whether the process table holds one never signalled."""
     alive = set(cgroup_pids())
     if alive:
-        return sorted(alive)  # the cheap witness already says no; scan /proc only to confirm empty
-    alive |= {p for p in procfs.pids_of_uid_or_pidns(uid, pidns) if not procfs.is_zombie(p)}
-    return sorted(alive)
+        # The cheap witness already says no; the process table is read only to confirm empty.
+        # A member not yet signalled (started between the kill and this look) waits for the next round.
+        return sorted(alive), False
+    scanned = {p for p in procfs.pids_of_uid_or_pidns(uid, pidns) if not procfs.is_zombie(p)}
+    return sorted(scanned), bool(scanned - signalled)
