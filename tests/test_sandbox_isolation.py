@@ -90,12 +90,20 @@ def test_the_student_runs_as_its_own_unprivileged_uid_without_groups_or_capabili
     for box in (a, b):
         assert UID_BASE <= box.uid < UID_BASE + UID_COUNT
         # no_new_privs asked of the kernel (prctl), not /proc: gVisor's status file has no such line.
-        nnp = "import ctypes; print('NoNewPrivs', ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))"
-        res = box.run(f"id -u; id -G; grep -E '^(CapEff|CapBnd|CapPrm)' /proc/self/status; {PY} -c \"{nnp}\"")
+        # The ambient set too (PR_CAP_AMBIENT_IS_SET per capability): gVisor has no CapAmb line either.
+        nnp = ("import ctypes; c = ctypes.CDLL(None); print('NoNewPrivs', c.prctl(39, 0, 0, 0, 0)); "
+               "print('Ambient', [n for n in range(64) if c.prctl(47, 1, n, 0, 0) == 1])")
+        res = box.run(f"id -u; id -G; grep -E '^(Uid|Gid|Groups|Cap[A-Za-z]+):' /proc/self/status; {PY} -c \"{nnp}\"")
         lines = res.text.split("\n")
         assert lines[0] == str(box.uid) and lines[1] == str(box.uid)
-        assert "CapEff:\t0000000000000000" in res.text and "CapBnd:\t0000000000000000" in res.text
-        assert "NoNewPrivs 1" in res.text
+        status = dict(line.split(":", 1) for line in lines[2:] if ":" in line)
+        # real, effective, saved and filesystem ids alike; no supplementary group at all
+        assert status["Uid"].split() == [str(box.uid)] * 4 and status["Gid"].split() == [str(box.uid)] * 4
+        assert status["Groups"].split() == []
+        for caps in ("CapInh", "CapPrm", "CapEff", "CapBnd"):
+            assert status[caps].strip() == "0000000000000000", (caps, status[caps])
+        assert status.get("CapAmb", "0000000000000000").strip() == "0000000000000000"
+        assert "NoNewPrivs 1" in res.text and "Ambient []" in res.text
 
 
 def test_the_harness_cannot_be_signalled(sandbox):

@@ -129,7 +129,7 @@ def probe(sandbox_class: type[Sandbox]) -> ConfinementReport:
         guarded = box._anchor_pid is not None and loopback_escapes(box._anchor_pid) is not None
         protections = (
             _p("uid_isolation", seen.get("uid") == str(box.uid) and seen.get("groups") == str(box.uid),
-               "a leased uid per sandbox (setpriv --reuid --clear-groups)", f"student uid {seen.get('uid')}, groups {seen.get('groups')}"),
+               "a leased uid per sandbox, no supplementary groups", f"student uid {seen.get('uid')}, groups {seen.get('groups')}"),
             _p("no_new_privs", seen.get("NoNewPrivs") == "1" and seen.get("CapEff") == "0000000000000000" and seen.get("CapBnd") == "0000000000000000",
                "no_new_privs, empty capability sets", f"NoNewPrivs={seen.get('NoNewPrivs')} CapEff={seen.get('CapEff')} CapBnd={seen.get('CapBnd')}"),
             _p("mount_namespace", seen.get("ns_mnt") != _host_ns("mnt") and seen.get("root_visible") == "no" and seen.get("marker_visible") == "no",
