@@ -178,3 +178,77 @@ def test_a_process_that_forks_and_exits_while_the_list_is_read_is_still_seen(mak
     missed = [i for i, found in enumerate(listings) if not any(hopping(p) for p in found)]
     assert missed == [], f"the hopping chain was unseen in {len(missed)} of 20 listings"
     assert box.kill_all().empty
+
+
+def _host_process_of(uid: int) -> subprocess.Popen:
+    proc = subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "/bin/sleep", "1000"])
+    end = time.monotonic() + 5
+    while procfs.pids_of_uid(uid) != [proc.pid] and time.monotonic() < end:
+        time.sleep(0.005)
+    assert procfs.pids_of_uid(uid) == [proc.pid]
+    return proc
+
+
+def _same_uid_next(monkeypatch, uid: int) -> None:
+    """Make the next lease_uid start its search at `uid`."""
+    from proctor.sandbox import uids
+
+    monkeypatch.setattr(uids.random, "randrange", lambda n: uid - uids.UID_BASE)
+
+
+def test_a_uid_given_back_unclean_is_cleaned_before_its_next_lease_and_a_fresh_one_is_not_scanned(confinement, monkeypatch):
+    from proctor.sandbox import reaper, uids
+
+    first = uids.lease_uid()
+    left = _host_process_of(first.uid)  # what a crashed or failed teardown leaves
+    try:
+        first.release(clean=False)
+        assert (STATE_DIR / "uids" / str(first.uid)).exists()  # the mark that the uid is not known clean
+        _same_uid_next(monkeypatch, first.uid)
+        again = uids.lease_uid()
+        assert again.uid == first.uid
+        assert left.wait(timeout=5) == -signal.SIGKILL
+        again.release()
+        assert not (STATE_DIR / "uids" / str(first.uid)).exists()
+        # Given back clean, the next lease of it creates the file afresh and reads no process table.
+        scans = []
+        monkeypatch.setattr(reaper, "kill_uid", lambda uid, deadline_s=5.0: scans.append(uid) or True)
+        fresh = uids.lease_uid()
+        assert fresh.uid == first.uid and scans == []
+        fresh.release()
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait()
+
+
+def test_reclaim_of_a_crashed_sandbox_spares_a_live_sandbox_that_leased_its_uid_since(confinement, monkeypatch):
+    from proctor.sandbox import uids
+
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    sandbox_id, uid = harness.stdout.readline().split()
+    harness.send_signal(signal.SIGKILL)
+    harness.wait()
+    _same_uid_next(monkeypatch, int(uid))
+    live = uids.lease_uid()  # the crashed sandbox's file is there: this lease kills what it left
+    assert live.uid == int(uid)
+    assert procfs.pids_of_uid(live.uid) == []
+    mine = _host_process_of(live.uid)  # the live sandbox's own student process
+    try:
+        assert sandbox_id in reclaim_stale()
+        assert mine.poll() is None, "reclaim killed a live sandbox's process"
+    finally:
+        mine.kill()
+        mine.wait()
+        live.release()
+
+
+def test_a_command_after_kill_all_is_killed_at_close(confinement):
+    box = Sandbox.create()
+    box.run("sleep 1000 &")
+    assert box.kill_all().empty
+    box.run("setsid sleep 1000 >/dev/null 2>&1 &")
+    uid = box.uid
+    assert len([p for p in procfs.pids_of_uid(uid) if not procfs.is_zombie(p)]) == 1
+    box.close()
+    assert [p for p in procfs.pids_of_uid(uid) if not procfs.is_zombie(p)] == []

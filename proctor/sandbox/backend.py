@@ -81,6 +81,10 @@ class StudentProcess(Protocol):
         """Every process this one started and every one they started, itself included,
         zombies included, daemons that re-parented included."""
 
+    def pids(self) -> set[int]:
+        """The ids of `processes()`, without reading each process (what a tool call compares
+        before and after: the bash tool asks at every call)."""
+
     def kill(self, pids: Iterable[int]) -> None:
         """SIGKILL these members of this process's tree. Ids not (or no longer) in the tree are
         skipped, so a recycled id is never signalled."""

@@ -160,13 +160,16 @@ class SandboxCgroup:
         self.id = sandbox_id
         self.layout = layout_ or layout()
         self._next_child = 0
+        # Built once: a custody proof and every tool call ask for them again and again.
+        self._dir = {c: mount / ROOT_NAME / sandbox_id for c, mount in self.layout.mounts.items()}
+        self._dirs = [root / sandbox_id for root in self.layout.roots()]
 
     # -- paths ---------------------------------------------------------------------------------
     def dir(self, controller: str) -> Path:
-        return self.layout.mounts[controller] / ROOT_NAME / self.id
+        return self._dir[controller]
 
     def dirs(self) -> list[Path]:
-        return [root / self.id for root in self.layout.roots()]
+        return list(self._dirs)
 
     def child_procs_files(self, child: str) -> list[str]:
         """The cgroup.procs files a process writes its pid to, to join child group `child`."""

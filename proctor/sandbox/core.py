@@ -194,6 +194,9 @@ class BwrapProcess:
     def processes(self) -> list[ProcessInfo]:
         return _process_infos(self._sandbox._cg.child_pids(self.group), self._sandbox._cg.pids())
 
+    def pids(self) -> set[int]:
+        return set(self._sandbox._cg.child_pids(self.group))
+
     def kill(self, pids: Iterable[int]) -> None:
         kill_members(pids, lambda: self._sandbox._cg.child_pids(self.group))
 
@@ -225,6 +228,10 @@ class Sandbox:
         self._bridge: NetworkBridge | None = None
         self._syscalls: SyscallRecorder | None = None
         self._closed = False
+        # kill_all proved the sandbox empty and the harness has started nothing in it since: no
+        # process can be there (one of the uid appears only through _enter_popen), so close need
+        # not prove it again (custody's kill_all is the last one of a rollout).
+        self._proven_empty = False
         root = state_dir("sandboxes") / self.id
         self._places = Places(root, root / "view", root / "workdir", root / "tmp", root / "shm")
         # A task image brings its own Python (the image's /usr/bin/python3): the host's student
@@ -363,6 +370,7 @@ class Sandbox:
         """Start argv as root on the host, already inside the sandbox's cgroup `group` (named
         sandbox-init when `as_init`)."""
         files = self._cg.child_procs_files(group)
+        self._proven_empty = False
         shell, script = (binaries()["bash"], _ENTER_AS_INIT) if as_init else (binaries()["sh"], _ENTER)
         proc = subprocess.Popen(
             [shell, "-c", script, "proctor-enter", *files, "--", *argv],
@@ -553,6 +561,7 @@ class Sandbox:
             deadline_s=deadline_s,
         )
         if report.empty:
+            self._proven_empty = True
             if self._bridge:
                 self._bridge.stop()
             self._collect_session()
@@ -623,7 +632,7 @@ class Sandbox:
         errors: list[str] = []
         if self._memory_guard is not None:
             memory_guard.unwatch(self._memory_guard)
-        if self._lease is not None:
+        if self._lease is not None and not self._proven_empty:
             report = self.kill_all()
             if not report.empty:
                 errors.append(report.detail)
@@ -646,7 +655,7 @@ class Sandbox:
             except (SandboxError, OSError) as exc:
                 errors.append(str(exc))
         if self._lease is not None:
-            self._lease.release()
+            self._lease.release(clean=not errors)
         if not errors:
             reclaim.unlock(self.id, self._lock_fd)
         if errors:

@@ -191,6 +191,9 @@ class FakeProcess:
     def processes(self) -> list[ProcessInfo]:
         return _infos(self._pids())
 
+    def pids(self) -> set[int]:
+        return set(self._pids())
+
     def kill(self, pids: Iterable[int]) -> None:
         kill_members(pids, self._pids)
 

@@ -156,6 +156,9 @@ class GvisorProcess:
     def processes(self) -> list[ProcessInfo]:
         return _tree(self._sandbox.processes(), self._root)
 
+    def pids(self) -> set[int]:
+        return {p.pid for p in self.processes()}
+
     def kill(self, pids: Iterable[int]) -> None:
         mine = {p.pid for p in self.processes()}
         self._sandbox._kill_ids([p for p in pids if p in mine])
@@ -581,7 +584,7 @@ class GvisorSandbox:
             except (SandboxError, OSError) as exc:
                 errors.append(str(exc))
         if self._lease is not None:
-            self._lease.release()
+            self._lease.release(clean=not errors)
         if not errors:
             reclaim.unlock(self.id, self._lock_fd)
         else:

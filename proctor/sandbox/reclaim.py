@@ -76,19 +76,24 @@ def _reclaim(sandbox_id: str) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     cg = cgroups.SandboxCgroup(sandbox_id)
-    if uid is not None and uid_in_range(uid):
-        reap_until_empty(
-            freeze=lambda: cg.freeze(timeout_s=0.5), thaw=cg.thaw, cgroup_pids=cg.pids, uid=uid,
-            pidns=None, reap_children=lambda: None, deadline_s=5.0,
-        )
-        uid_lock = state_dir("uids") / str(uid)
-        fd = try_lock(uid_lock) if uid_lock.exists() else None
-        if fd is not None:
-            uid_lock.unlink(missing_ok=True)
+    fd = try_lock(state_dir("uids") / str(uid)) if uid is not None and uid_in_range(uid) else None
+    if uid is not None and fd is not None:
+        # Nobody holds the uid: whatever of it is left is the dead sandbox's. The lock file goes
+        # only once no process and no key of the uid is left (a lease that creates the file
+        # afresh does not look), and not before.
+        try:
+            report = reap_until_empty(
+                freeze=lambda: cg.freeze(timeout_s=0.5), thaw=cg.thaw, cgroup_pids=cg.pids, uid=uid,
+                pidns=None, reap_children=lambda: None, deadline_s=5.0,
+            )
+            # keys outlive the uid's processes; lease_uid checks again
+            if report.empty and kill_uid(uid) and not keyrings.clear_keys(uid):
+                (state_dir("uids") / str(uid)).unlink(missing_ok=True)
+        finally:
             os.close(fd)
-        kill_uid(uid)
-        keyrings.clear_keys(uid)  # keys outlive the uid's processes; lease_uid checks again
     else:
+        # No uid known, or a live sandbox leased it since (its lease killed what was left, as the
+        # file was there): only the dead sandbox's cgroup is ours to kill.
         kill_pids(cg.pids())
     root = state_dir("sandboxes") / sandbox_id
     for point in tmpfs.mounts_under(root):

@@ -53,11 +53,15 @@ class UidLease:
     def gid(self) -> int:
         return self.uid
 
-    def release(self) -> None:
+    def release(self, clean: bool = True) -> None:
+        """Give the uid back. `clean`: no process and no kernel key of it is left (the sandbox's
+        teardown proved it), so the lock file goes and the next lease need not look; else the
+        file stays, and whoever leases the uid next kills and invalidates what is left first."""
         if self._fd < 0:
             return
         try:
-            self._path.unlink(missing_ok=True)
+            if clean:
+                self._path.unlink(missing_ok=True)
         finally:
             os.close(self._fd)
             self._fd = -1
@@ -65,7 +69,9 @@ class UidLease:
 
 def lease_uid() -> UidLease:
     """Lease a uid no other live sandbox holds. Leftover processes and kernel keys of that uid
-    (from a crashed harness) are killed and invalidated before it is handed out."""
+    (from a crashed harness) are killed and invalidated before it is handed out. A uid whose lock
+    file this lease creates was never used or was given back clean (`release`), so it cannot
+    have a process left: the process table is read only for a uid whose file was there."""
     from .keyrings import clear_keys
     from .reaper import kill_uid  # late import: reaper depends on models only
 
@@ -77,15 +83,25 @@ def lease_uid() -> UidLease:
         if _uid_is_foreign(uid, subids):
             continue
         path = directory / str(uid)
+        fresh = _create(path)
         fd = try_lock(path)
         if fd is None:
             continue
         # Nor any kernel key of it: whoever gets the uid next could read them.
-        if not kill_uid(uid, deadline_s=2.0) or clear_keys(uid):
+        if not (fresh or kill_uid(uid, deadline_s=2.0)) or clear_keys(uid):
             os.close(fd)
             continue
         return UidLease(uid, fd, path)
     raise SandboxError(f"no free sandbox uid in [{UID_BASE}, {UID_BASE + UID_COUNT}); too many live sandboxes")
+
+
+def _create(path: Path) -> bool:
+    """Create `path` if nobody has; True when this call did."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
+        return True
+    except FileExistsError:
+        return False
 
 
 def uid_in_range(uid: int) -> bool:

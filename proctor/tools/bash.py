@@ -201,7 +201,7 @@ class ShellSession:
             except ShellUnavailable as exc:
                 return ToolResult.failure(f"bash: {exc}", started=started, session_restarted=restarted)
         assert self._proc is not None
-        before = {p.pid for p in self._proc.processes()}
+        before = self._proc.pids()
         nonce = secrets.token_hex(16)
         self.last_nonce = nonce
         cap = self.config.output_limit_bytes
@@ -367,7 +367,7 @@ class ShellSession:
         assert self._proc is not None
         end = time.monotonic() + 2.0
         while time.monotonic() < end:
-            new = [p.pid for p in self._proc.processes() if p.pid not in before]
+            new = list(self._proc.pids() - before)
             if not new:
                 return
             self._proc.kill(new)
