@@ -21,10 +21,12 @@ import secrets
 import stat
 import threading
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_KEY_FILE = Path("/var/lib/proctor/instance.key")
 _KEY_BYTES = 32
@@ -106,7 +108,11 @@ def salted_seed(family: str, seed: int, difficulty: int, role: str, *extra: obje
 
 
 def salted_rng(family: str, seed: int, difficulty: int, role: str, *extra: object) -> np.random.Generator:
-    """A numpy Generator for one hidden draw."""
+    """A numpy Generator for one hidden draw. numpy is imported here, by the families that draw:
+    every harness imports this module, and numpy's import (and its BLAS threads) cost a plain
+    task's batch for nothing."""
+    import numpy as np
+
     return np.random.default_rng(salted_seed(family, seed, difficulty, role, *extra))
 
 
