@@ -11,8 +11,10 @@
    through `run_many` at -j 2, 4 and 8, without and with a pool: rollouts per second of wall time,
    and CPU per rollout (this process and every child it reaped: the harness, bubblewrap, nsenter,
    the student's shell and commands). Every rollout must score 1.
-3. Host memory of idle warm sandboxes (session and shell waiting): MemAvailable's drop for 100 of
-   them, per sandbox and per 1 000 (noisy on a shared machine: other processes move it too).
+3. Host memory of idle warm sandboxes (session and shell waiting, then without the shell), 100 of
+   them: what each one's cgroup is charged (processes, kernel, the page cache of its own system
+   image) plus the harness's growth per sandbox, per sandbox and per 1 000; MemAvailable's drop
+   beside it (noisy on a shared machine: other processes move it too).
 
 Needs what the sandbox needs: Linux, root, bubblewrap, cgroups (`make setup`)."""
 
@@ -36,7 +38,7 @@ from proctor.sandbox.pool import SHELL_ARGV, PoolConfig, SandboxPool  # noqa: E4
 from proctor.tasks import load_environment  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sandbox import baseline_once, mem_available, summary  # noqa: E402
+from sandbox import baseline_once, mem_available, self_rss, summary  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "quarterly_revenue"
 ANSWER = ("awk -F, '$4==\"paid\" && $2>=\"2024-07-01\" && $2<=\"2024-09-30\" {s+=$3} END {print s}' "
@@ -121,22 +123,37 @@ def bench_batch(n: int, parallels: tuple[int, ...]) -> dict:
 
 
 def bench_memory(count: int, shell: bool = True) -> dict:
-    """Host memory (MemAvailable's drop, this process's own growth included) for `count` idle warm
-    sandboxes, each with its session and shell waiting, extrapolated to 1 000."""
+    """Memory of `count` idle warm sandboxes, each with its session (and shell) waiting, per sandbox
+    and per 1 000: what each sandbox's cgroup is charged (its processes, the kernel's memory for
+    them, the page cache they read in from the sandbox's own system image) plus what the harness
+    grew by, per sandbox. Handing a warm sandbox out leaves its shell waiting, so each is read as
+    it sat in the pool. MemAvailable's drop is printed beside it (noisy: everything on the machine moves it)."""
     import gc
 
     gc.collect()
-    before = mem_available()
-    with SandboxPool(get_backend("bwrap"), PoolConfig(size=count, refill=2, shell=shell)) as pool:
+    before, rss = mem_available(), self_rss()
+    with SandboxPool(get_backend("bwrap"), PoolConfig(size=count, refill=2, shell=shell, expected=count)) as pool:
         pool.warm_up(SandboxSpec())
         end = time.monotonic() + 30 + count
         while pool.stats().ready < count and time.monotonic() < end:
             time.sleep(0.05)
         ready = pool.stats().ready
         time.sleep(0.5)
-        used = before - mem_available()
-    per = used / max(1, ready)
-    return {"sandboxes": ready, "used_bytes": used, "per_sandbox_bytes": per, "per_1000_gib": per * 1000 / 2**30}
+        dropped, grown = before - mem_available(), self_rss() - rss
+        boxes = [pool.create(SandboxSpec()) for _ in range(ready)]
+        assert all(box.sandbox_start == "warm" for box in boxes)
+        usages = [box.usage() for box in boxes]
+        charged = sorted(u.memory_bytes for u in usages)
+        cache = sorted(u.memory_file_cache_bytes for u in usages)
+        for box in boxes:
+            box.close()
+    n = max(1, ready)
+    per = statistics.median(charged) + grown / n if charged else 0.0
+    held = per - (statistics.median(cache) if cache else 0)
+    return {"held_per_sandbox_bytes": held, "held_per_1000_gib": held * 1000 / 2**30,"sandboxes": ready, "charged_median_bytes": statistics.median(charged) if charged else 0,
+            "page_cache_median_bytes": statistics.median(cache) if cache else 0,
+            "harness_per_sandbox_bytes": grown / n, "per_sandbox_bytes": per, "per_1000_gib": per * 1000 / 2**30,
+            "mem_available_drop_per_sandbox_bytes": dropped / n}
 
 
 def render(res: dict) -> str:
@@ -149,8 +166,12 @@ def render(res: dict) -> str:
     for key, what in (("memory", "shell waiting"), ("memory_no_shell", "PoolConfig(shell=False)")):
         if key in res:
             m = res[key]
-            lines.append(f"{m['sandboxes']} idle warm sandboxes ({what}): {m['per_sandbox_bytes'] / 2**20:.1f} MiB of host memory "
-                         f"each (MemAvailable's drop), {m['per_1000_gib']:.2f} GiB per 1 000")
+            lines.append(f"{m['sandboxes']} idle warm sandboxes ({what}): {m['per_sandbox_bytes'] / 2**20:.2f} MiB each "
+                         f"({m['charged_median_bytes'] / 2**20:.2f} charged to its cgroup, median, of which "
+                         f"{m['page_cache_median_bytes'] / 2**20:.2f} reclaimable page cache; + "
+                         f"{m['harness_per_sandbox_bytes'] / 2**20:.2f} in the harness), {m['per_1000_gib']:.2f} GiB per 1 000, "
+                         f"{m['held_per_1000_gib']:.2f} GiB without the page cache; "
+                         f"MemAvailable dropped {m['mem_available_drop_per_sandbox_bytes'] / 2**20:.2f} MiB each")
     if "batch" in res:
         lines.append("10-call scripted rollout (q3-revenue), run_many:")
         for r in res["batch"]["rows"]:

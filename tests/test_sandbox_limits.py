@@ -29,6 +29,30 @@ def test_an_anonymous_memory_hog_is_killed_at_its_limit_and_the_harness_is_unaff
     assert harness_can_start_processes()
 
 
+def test_usage_says_what_the_sandbox_holds_now_and_how_much_of_it_is_reclaimable_file_cache(make_sandbox, runtime):
+    box = make_sandbox(memory_bytes=512 * MiB)
+    box.run("true")
+    idle = box.usage()
+    assert 0 <= idle.memory_file_cache_bytes <= idle.memory_bytes
+    holder = box.spawn([PY, "-c", "import time; x = bytearray(96 * 1024**2); x[::4096] = b'1' * len(x[::4096]); "
+                        "print('held', flush=True); time.sleep(1000)"])
+    assert holder.popen.stdout.readline() == b"held\n"
+    held = box.usage()
+    assert held.memory_bytes - idle.memory_bytes >= 90 * MiB, (idle, held)
+    # Anonymous memory and tmpfs files are held, not reclaimable cache (under gVisor the sentry's
+    # memory is a shared-memory file on the host: not counted as cache either).
+    box.run("dd if=/dev/zero of=/tmp/fill bs=1M count=32 2>/dev/null")
+    filled = box.usage()
+    assert filled.memory_bytes - held.memory_bytes >= 30 * MiB, (held, filled)
+    assert filled.memory_file_cache_bytes - idle.memory_file_cache_bytes < 16 * MiB, (idle, filled)
+    holder.kill_tree()
+    box.run("rm /tmp/fill")
+    assert box.usage().memory_bytes < filled.memory_bytes - 100 * MiB
+    if runtime == "bwrap":  # files read from the sandbox's own system image are its page cache
+        box.run("cat $(find /usr/lib -type f -size +1M | head -n 40) > /dev/null")
+        assert box.usage().memory_file_cache_bytes - idle.memory_file_cache_bytes >= 16 * MiB
+
+
 def test_a_tmpfs_hog_in_the_workdir_counts_against_memory(make_sandbox):
     # The workdir quota alone would allow 512 MiB; the memory limit must stop it first.
     box = make_sandbox(memory_bytes=96 * MiB, workdir_bytes=512 * MiB)

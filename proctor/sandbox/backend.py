@@ -52,6 +52,11 @@ class SandboxUsage(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     memory_peak_bytes: int = 0
+    # Charged now: the sandbox's processes, the kernel's memory for them, its tmpfs files, the page
+    # cache it read in; and of that, the page cache of ordinary files (the system image's pages:
+    # clean, reclaimable under pressure; tmpfs and shared memory, which are not, are left out).
+    memory_bytes: int = 0
+    memory_file_cache_bytes: int = 0
     cpu_ns: int = 0
     oom_kills: int = 0
     memory_limit_hits: int = 0
