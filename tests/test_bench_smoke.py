@@ -97,6 +97,12 @@ def test_the_pool_benchmark_runs_and_reports_every_figure() -> None:
     assert {r["pool"] > 0 for r in rows} == {True, False}
     for r in rows:
         assert r["rollouts_per_s"] > 0 and r["cpu_ms_per_rollout"] > 0
+    for key in ("memory", "memory_no_shell"):  # read from each sandbox's own cgroup
+        m = res[key]
+        assert m["sandboxes"] > 0
+        _positive(res, key, "charged_median_bytes")
+        assert 0 <= m["page_cache_median_bytes"] <= m["charged_median_bytes"]
+        assert m["held_per_sandbox_bytes"] <= m["per_sandbox_bytes"]
 
 
 @needs_sandbox_host
