@@ -148,11 +148,13 @@ def bench_memory(count: int, shell: bool = True) -> dict:
         for box in boxes:
             box.close()
     n = max(1, ready)
-    per = statistics.median(charged) + grown / n if charged else 0.0
-    held = per - (statistics.median(cache) if cache else 0)
-    return {"held_per_sandbox_bytes": held, "held_per_1000_gib": held * 1000 / 2**30,"sandboxes": ready, "charged_median_bytes": statistics.median(charged) if charged else 0,
-            "page_cache_median_bytes": statistics.median(cache) if cache else 0,
+    charged_median = statistics.median(charged) if charged else 0
+    cache_median = statistics.median(cache) if cache else 0
+    per = charged_median + grown / n if charged else 0.0
+    held = per - cache_median
+    return {"sandboxes": ready, "charged_median_bytes": charged_median, "page_cache_median_bytes": cache_median,
             "harness_per_sandbox_bytes": grown / n, "per_sandbox_bytes": per, "per_1000_gib": per * 1000 / 2**30,
+            "held_per_sandbox_bytes": held, "held_per_1000_gib": held * 1000 / 2**30,
             "mem_available_drop_per_sandbox_bytes": dropped / n}
 
 

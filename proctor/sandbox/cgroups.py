@@ -45,15 +45,6 @@ def _read_int(path: Path) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def _stat_field(path: Path, name: str) -> int:
-    """One counter of a memory.stat file (0 when absent)."""
-    for line in _read(path).splitlines():
-        key, _, value = line.partition(" ")
-        if key == name and value.strip().isdigit():
-            return int(value)
-    return 0
-
-
 def _procs(directory: Path) -> list[int]:
     """PIDs in a cgroup and all its descendants (read with plain os calls: a custody proof reads
     every command's cgroup each round, and os.walk with pathlib cost more than the reads)."""
@@ -305,10 +296,11 @@ class SandboxCgroup:
             events = dict(line.split() for line in _read(d / "memory.events").splitlines() if " " in line)
             pid_events = dict(line.split() for line in _read(d / "pids.events").splitlines() if " " in line)
             cpu = dict(line.split() for line in _read(d / "cpu.stat").splitlines() if " " in line)
+            mem_stat = dict(line.split() for line in _read(d / "memory.stat").splitlines() if " " in line)
             return {
                 "memory_peak_bytes": _read_int(d / "memory.peak"),
                 "memory_bytes": _read_int(d / "memory.current"),
-                "memory_file_cache_bytes": max(0, _stat_field(d / "memory.stat", "file") - _stat_field(d / "memory.stat", "shmem")),
+                "memory_file_cache_bytes": max(0, int(mem_stat.get("file", 0)) - int(mem_stat.get("shmem", 0))),
                 "cpu_ns": int(cpu.get("usage_usec", 0)) * 1000,
                 "oom_kills": int(events.get("oom_kill", 0)),
                 "memory_limit_hits": int(events.get("max", 0)),
@@ -317,10 +309,11 @@ class SandboxCgroup:
         mem = self.dir("memory")
         oom = dict(line.split() for line in _read(mem / "memory.oom_control").splitlines() if " " in line)
         pid_events = dict(line.split() for line in _read(self.dir("pids") / "pids.events").splitlines() if " " in line)
+        mem_stat = dict(line.split() for line in _read(mem / "memory.stat").splitlines() if " " in line)
         return {
             "memory_peak_bytes": _read_int(mem / "memory.max_usage_in_bytes"),
             "memory_bytes": _read_int(mem / "memory.usage_in_bytes"),
-            "memory_file_cache_bytes": max(0, _stat_field(mem / "memory.stat", "total_cache") - _stat_field(mem / "memory.stat", "total_shmem")),
+            "memory_file_cache_bytes": max(0, int(mem_stat.get("total_cache", 0)) - int(mem_stat.get("total_shmem", 0))),
             "cpu_ns": _read_int(self.dir("cpuacct") / "cpuacct.usage"),
             "oom_kills": int(oom.get("oom_kill", 0)),
             "memory_limit_hits": _read_int(mem / "memory.failcnt") + _read_int(mem / "memory.memsw.failcnt"),

@@ -160,7 +160,7 @@ class GvisorProcess:
         return {p.pid for p in self.processes()}
 
     def kill(self, pids: Iterable[int]) -> None:
-        mine = {p.pid for p in self.processes()}
+        mine = self.pids()
         self._sandbox._kill_ids([p for p in pids if p in mine])
 
     def kill_tree(self) -> None:

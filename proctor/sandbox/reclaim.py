@@ -76,7 +76,8 @@ def _reclaim(sandbox_id: str) -> None:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     cg = cgroups.SandboxCgroup(sandbox_id)
-    fd = try_lock(state_dir("uids") / str(uid)) if uid is not None and uid_in_range(uid) else None
+    uid_lock = state_dir("uids") / str(uid)
+    fd = try_lock(uid_lock) if uid is not None and uid_in_range(uid) else None
     if uid is not None and fd is not None:
         # Nobody holds the uid: whatever of it is left is the dead sandbox's. The lock file goes
         # only once no process and no key of the uid is left (a lease that creates the file
@@ -88,7 +89,7 @@ def _reclaim(sandbox_id: str) -> None:
             )
             # keys outlive the uid's processes; lease_uid checks again
             if report.empty and kill_uid(uid) and not keyrings.clear_keys(uid):
-                (state_dir("uids") / str(uid)).unlink(missing_ok=True)
+                uid_lock.unlink(missing_ok=True)
         finally:
             os.close(fd)
     else:
